@@ -1,0 +1,1 @@
+//! The ops interface and its backends (in progress)

@@ -1,0 +1,11 @@
+//! kiln host side: everything that runs on the CPU. GGUF loading, quant formats, tokenizer,
+//! sampling, the two backends (CPU reference and CUDA) and the model executors written once
+//! against the [`backend::Backend`] ops interface.
+
+pub mod backend;
+pub mod chat;
+pub mod gguf;
+pub mod models;
+pub mod quant;
+pub mod sampling;
+pub mod tokenizer;

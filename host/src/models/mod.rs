@@ -1,0 +1,1 @@
+//! Model executors (in progress)

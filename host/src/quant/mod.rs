@@ -1,0 +1,1 @@
+//! CPU quant formats (in progress)

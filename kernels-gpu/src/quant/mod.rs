@@ -1,0 +1,1 @@
+//! Quant block layouts shared by GPU kernels and the CPU backend (in progress)

@@ -1,0 +1,31 @@
+use crate::{M16N8K16, TargetPolicy};
+
+/// sm_80 (A100 and the Ampere family; the fallback module for any cc 8.x).
+pub struct Ampere;
+
+impl TargetPolicy for Ampere {
+    const NAME: &'static str = "sm_80";
+    const MIN_CC: u32 = 80;
+    const PTX_TARGET: &'static str = "sm_80";
+    const PTX_ISA: u32 = 80;
+
+    const HAS_CP_ASYNC: bool = true;
+    const HAS_LDMATRIX: bool = true;
+    const HAS_WGMMA: bool = false;
+    const HAS_TMA: bool = false;
+    const MAX_SMEM_PER_BLOCK: u32 = 163 * 1024;
+
+    const MATVEC_WARPS: u32 = 4;
+    const MATVEC_ROWS_PER_WARP: u32 = 2;
+    const VECTOR_BYTES: u32 = 16;
+
+    type Mma = M16N8K16;
+    const TILE_M: u32 = 64;
+    const TILE_N: u32 = 64;
+    const TILE_K: u32 = 32;
+    const GEMM_WARPS: u32 = 4;
+    const STAGES: u32 = 2;
+
+    const ROW_THREADS: u32 = 256;
+    const ATTN_WARPS: u32 = 4;
+}

@@ -1,0 +1,32 @@
+use crate::{M16N8K16, TargetPolicy};
+
+/// sm_90 (H100, H200). Built as plain sm_90 so the module also JITs on later non-`a` parts;
+/// wgmma/TMA kernels would go in an `sm_90a` module once measurements show they pay.
+pub struct Hopper;
+
+impl TargetPolicy for Hopper {
+    const NAME: &'static str = "sm_90";
+    const MIN_CC: u32 = 90;
+    const PTX_TARGET: &'static str = "sm_90";
+    const PTX_ISA: u32 = 80;
+
+    const HAS_CP_ASYNC: bool = true;
+    const HAS_LDMATRIX: bool = true;
+    const HAS_WGMMA: bool = false;
+    const HAS_TMA: bool = false;
+    const MAX_SMEM_PER_BLOCK: u32 = 227 * 1024;
+
+    const MATVEC_WARPS: u32 = 4;
+    const MATVEC_ROWS_PER_WARP: u32 = 2;
+    const VECTOR_BYTES: u32 = 16;
+
+    type Mma = M16N8K16;
+    const TILE_M: u32 = 128;
+    const TILE_N: u32 = 64;
+    const TILE_K: u32 = 32;
+    const GEMM_WARPS: u32 = 8;
+    const STAGES: u32 = 3;
+
+    const ROW_THREADS: u32 = 256;
+    const ATTN_WARPS: u32 = 4;
+}

@@ -1,0 +1,98 @@
+//! Compile-time target policies.
+//!
+//! A policy is a zero-sized type whose associated consts read like a table: what instructions the
+//! target may use, how kernels tile their work, how many warps a block has. Kernels are generic over
+//! `P: TargetPolicy` and never branch on the GPU model at run time; host launch code reads the very
+//! same constants, so a launch configuration can never disagree with what a kernel baked in.
+//!
+//! A new GPU is a new file here (data only) plus the micro-kernels measurements prove necessary.
+#![no_std]
+
+mod ampere;
+mod hopper;
+mod spark;
+
+pub use ampere::Ampere;
+pub use hopper::Hopper;
+pub use spark::SparkGb10;
+
+/// Threads in a warp on every NVIDIA target kiln supports.
+pub const WARP: u32 = 32;
+
+/// One warp-level matrix-multiply-accumulate instruction shape (`mma.sync.aligned.mMnNkK`).
+pub trait MmaShape {
+    const M: u32;
+    const N: u32;
+    const K: u32;
+}
+
+/// `mma.sync.aligned.m16n8k16` (f16/bf16 inputs, f32 accumulators): sm_80 and later.
+pub struct M16N8K16;
+impl MmaShape for M16N8K16 {
+    const M: u32 = 16;
+    const N: u32 = 8;
+    const K: u32 = 16;
+}
+
+/// Everything a kernel or a launch needs to know about one GPU target.
+pub trait TargetPolicy: 'static {
+    /// Short name, also the PTX module's name (`sm_90`).
+    const NAME: &'static str;
+    /// Lowest compute capability (major*10+minor) the module runs on.
+    const MIN_CC: u32;
+    /// `.target` and `.version` the module is built for.
+    const PTX_TARGET: &'static str;
+    const PTX_ISA: u32;
+
+    // --- instructions the target may use -------------------------------------------------
+    const HAS_CP_ASYNC: bool;
+    const HAS_LDMATRIX: bool;
+    const HAS_WGMMA: bool;
+    const HAS_TMA: bool;
+    /// Shared memory one block may ask for (bytes, after opting in).
+    const MAX_SMEM_PER_BLOCK: u32;
+
+    // --- batch-1 mat-vec -------------------------------------------------------------------
+    /// Warps per block of the mat-vec kernels.
+    const MATVEC_WARPS: u32;
+    /// Output rows each warp computes; the activation chunk a lane loads is reused this often.
+    const MATVEC_ROWS_PER_WARP: u32;
+    /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
+    const VECTOR_BYTES: u32;
+
+    // --- tiled matrix-matrix (prefill) -------------------------------------------------------
+    type Mma: MmaShape;
+    const TILE_M: u32;
+    const TILE_N: u32;
+    const TILE_K: u32;
+    const GEMM_WARPS: u32;
+    const STAGES: u32;
+
+    // --- row kernels (norms, softmax) and attention -----------------------------------------
+    /// Threads per block for one-row-per-block kernels.
+    const ROW_THREADS: u32;
+    /// Warps per block of decode attention (one block per query head).
+    const ATTN_WARPS: u32;
+}
+
+/// Rows of output one mat-vec block produces.
+pub const fn matvec_rows_per_block<P: TargetPolicy>() -> u32 {
+    P::MATVEC_WARPS * P::MATVEC_ROWS_PER_WARP
+}
+
+/// Legality checks every policy must pass; evaluated at compile time by `check::<P>()`.
+pub const fn check<P: TargetPolicy>() {
+    assert!(P::VECTOR_BYTES == 16 || P::VECTOR_BYTES == 8 || P::VECTOR_BYTES == 4);
+    assert!(P::MATVEC_WARPS >= 1 && P::MATVEC_WARPS * WARP <= 1024);
+    assert!(P::ROW_THREADS % WARP == 0 && P::ROW_THREADS <= 1024);
+    assert!(P::ATTN_WARPS >= 1 && P::ATTN_WARPS * WARP <= 1024);
+    assert!(P::TILE_M % P::Mma::M == 0);
+    assert!(P::TILE_N % P::Mma::N == 0);
+    assert!(P::TILE_K % P::Mma::K == 0);
+    assert!(!P::HAS_WGMMA || P::MIN_CC >= 90);
+    assert!(P::STAGES >= 1);
+}
+
+const _: () = check::<Ampere>();
+const _: () = check::<Hopper>();
+const _: () = check::<SparkGb10>();

@@ -1,0 +1,32 @@
+use crate::{M16N8K16, TargetPolicy};
+
+/// sm_121 (DGX Spark, GB10). LPDDR5x at ~273 GB/s: mat-vec is starved for bytes long before
+/// arithmetic, so fewer rows per warp keep more blocks in flight per byte.
+pub struct SparkGb10;
+
+impl TargetPolicy for SparkGb10 {
+    const NAME: &'static str = "sm_121";
+    const MIN_CC: u32 = 121;
+    const PTX_TARGET: &'static str = "sm_121";
+    const PTX_ISA: u32 = 88;
+
+    const HAS_CP_ASYNC: bool = true;
+    const HAS_LDMATRIX: bool = true;
+    const HAS_WGMMA: bool = false;
+    const HAS_TMA: bool = true;
+    const MAX_SMEM_PER_BLOCK: u32 = 99 * 1024;
+
+    const MATVEC_WARPS: u32 = 4;
+    const MATVEC_ROWS_PER_WARP: u32 = 1;
+    const VECTOR_BYTES: u32 = 16;
+
+    type Mma = M16N8K16;
+    const TILE_M: u32 = 64;
+    const TILE_N: u32 = 64;
+    const TILE_K: u32 = 32;
+    const GEMM_WARPS: u32 = 4;
+    const STAGES: u32 = 2;
+
+    const ROW_THREADS: u32 = 256;
+    const ATTN_WARPS: u32 = 4;
+}

@@ -1,0 +1,1 @@
+//! The `kiln` package: the CLI binary, plus the PTX modules `build.rs` embeds.

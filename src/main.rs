@@ -1,0 +1,3 @@
+fn main() {
+    eprintln!("kiln: in progress");
+}
