@@ -66,7 +66,7 @@ impl GgmlType {
     /// Bytes of `n` elements, or `None` if `n` is not a whole number of blocks or overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let (qk, bytes) = self.block();
-        if n % qk as u64 != 0 {
+        if !n.is_multiple_of(qk as u64) {
             return None;
         }
         (n / qk as u64).checked_mul(bytes as u64)
@@ -110,4 +110,113 @@ pub enum Value {
     U64(u64),
     I64(i64),
     F64(f64),
+}
+
+/// Value type ids as stored in GGUF files (`gguf_type`).
+pub(crate) mod type_id {
+    pub const U8: u32 = 0;
+    pub const I8: u32 = 1;
+    pub const U16: u32 = 2;
+    pub const I16: u32 = 3;
+    pub const U32: u32 = 4;
+    pub const I32: u32 = 5;
+    pub const F32: u32 = 6;
+    pub const BOOL: u32 = 7;
+    pub const STRING: u32 = 8;
+    pub const ARRAY: u32 = 9;
+    pub const U64: u32 = 10;
+    pub const I64: u32 = 11;
+    pub const F64: u32 = 12;
+}
+
+impl Value {
+    /// The GGUF value type id of this value (0..=12).
+    pub fn type_id(&self) -> u32 {
+        use type_id as t;
+        match self {
+            Value::U8(_) => t::U8,
+            Value::I8(_) => t::I8,
+            Value::U16(_) => t::U16,
+            Value::I16(_) => t::I16,
+            Value::U32(_) => t::U32,
+            Value::I32(_) => t::I32,
+            Value::F32(_) => t::F32,
+            Value::Bool(_) => t::BOOL,
+            Value::String(_) => t::STRING,
+            Value::Array(_) => t::ARRAY,
+            Value::U64(_) => t::U64,
+            Value::I64(_) => t::I64,
+            Value::F64(_) => t::F64,
+        }
+    }
+
+    /// Short human-readable type name, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::U8(_) => "u8",
+            Value::I8(_) => "i8",
+            Value::U16(_) => "u16",
+            Value::I16(_) => "i16",
+            Value::U32(_) => "u32",
+            Value::I32(_) => "i32",
+            Value::F32(_) => "f32",
+            Value::Bool(_) => "bool",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::U64(_) => "u64",
+            Value::I64(_) => "i64",
+            Value::F64(_) => "f64",
+        }
+    }
+
+    /// Any integer variant widened to i128 (which holds every u64 and i64); `None` otherwise.
+    pub fn as_integer(&self) -> Option<i128> {
+        Some(match *self {
+            Value::U8(v) => v.into(),
+            Value::I8(v) => v.into(),
+            Value::U16(v) => v.into(),
+            Value::I16(v) => v.into(),
+            Value::U32(v) => v.into(),
+            Value::I32(v) => v.into(),
+            Value::U64(v) => v.into(),
+            Value::I64(v) => v.into(),
+            _ => return None,
+        })
+    }
+
+    /// f32 or f64 as f64; `None` otherwise (integers are deliberately not converted).
+    pub fn as_float(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Bitwise equality: like `==` but floats compare by bits, so NaN equals itself and
+    /// -0.0 differs from 0.0. This is the equality a lossless round trip must satisfy.
+    pub fn bit_eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::F32(a), Value::F32(b)) => a.to_bits() == b.to_bits(),
+            (Value::F64(a), Value::F64(b)) => a.to_bits() == b.to_bits(),
+            (Value::Array(a), Value::Array(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.bit_eq(y))
+            }
+            _ => self == other,
+        }
+    }
 }
