@@ -101,7 +101,9 @@ pub enum GgufError {
         tensor: String,
         offset: u64,
     },
-    #[error("{file}: general.alignment = {value} is invalid (must be a power of two that fits u32)")]
+    #[error(
+        "{file}: general.alignment = {value} is invalid (must be a power of two that fits u32)"
+    )]
     BadAlignment { file: String, value: String },
     #[error("{file}: tensor {tensor:?} at offset {offset}: unknown ggml type id {id}")]
     UnknownTensorType {
@@ -127,7 +129,9 @@ pub enum GgufError {
         offset: u64,
         alignment: u32,
     },
-    #[error("{file}: tensor {tensor:?} data [{start}, {end}) runs past the end of the file ({len} bytes)")]
+    #[error(
+        "{file}: tensor {tensor:?} data [{start}, {end}) runs past the end of the file ({len} bytes)"
+    )]
     TensorOutOfBounds {
         file: String,
         tensor: String,
@@ -135,7 +139,9 @@ pub enum GgufError {
         end: u64,
         len: u64,
     },
-    #[error("{file}: tensors {first:?} and {second:?} overlap: {second:?} starts at offset {offset}, inside {first:?}")]
+    #[error(
+        "{file}: tensors {first:?} and {second:?} overlap: {second:?} starts at offset {offset}, inside {first:?}"
+    )]
     OverlappingTensors {
         file: String,
         first: String,
@@ -170,7 +176,10 @@ pub(crate) fn align_up(x: u64, align: u32) -> Option<u64> {
 /// Shared by reader and writer so both accept exactly the same shapes.
 pub(crate) fn shape_size(dims: &[u64], ty: GgmlType) -> Result<(u64, u64), String> {
     if dims.is_empty() || dims.len() > MAX_DIMS {
-        return Err(format!("{} dimensions (must be 1..={MAX_DIMS})", dims.len()));
+        return Err(format!(
+            "{} dimensions (must be 1..={MAX_DIMS})",
+            dims.len()
+        ));
     }
     let mut n: u64 = 1;
     for &d in dims {

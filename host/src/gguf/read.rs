@@ -33,7 +33,10 @@ impl TensorInfo {
 
     /// Number of rows: product of `dims[1..]`.
     pub fn rows(&self) -> u64 {
-        self.dims.iter().skip(1).fold(1u64, |n, &d| n.saturating_mul(d))
+        self.dims
+            .iter()
+            .skip(1)
+            .fold(1u64, |n, &d| n.saturating_mul(d))
     }
 
     pub fn row_len(&self) -> u64 {
@@ -225,7 +228,11 @@ impl GgufFile {
     }
 
     fn element_error(&self, key: &str, expected: &'static str, i: usize, e: &Value) -> GgufError {
-        self.wrong_type(key, expected, format!("an array whose element {i} is {e:?}"))
+        self.wrong_type(
+            key,
+            expected,
+            format!("an array whose element {i} is {e:?}"),
+        )
     }
 
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
@@ -233,7 +240,10 @@ impl GgufFile {
         let a = self.array(key, EXPECTED)?;
         a.iter()
             .enumerate()
-            .map(|(i, e)| e.as_str().ok_or_else(|| self.element_error(key, EXPECTED, i, e)))
+            .map(|(i, e)| {
+                e.as_str()
+                    .ok_or_else(|| self.element_error(key, EXPECTED, i, e))
+            })
             .collect()
     }
 
@@ -453,12 +463,11 @@ impl<'a> Parser<'a> {
         let (metadata, key_index) = self.metadata(kv_count)?;
         let alignment = self.alignment(&metadata, &key_index)?;
         let (mut tensors, tensor_index) = self.tensor_infos(tensor_count)?;
-        let data_offset = align_up(self.pos as u64, alignment).ok_or_else(|| {
-            GgufError::BadAlignment {
+        let data_offset =
+            align_up(self.pos as u64, alignment).ok_or_else(|| GgufError::BadAlignment {
                 file: self.file.to_string(),
                 value: format!("{alignment} (data section offset overflows)"),
-            }
-        })?;
+            })?;
         self.place_tensors(&mut tensors, data_offset, alignment)?;
         Ok(Parsed {
             version,
@@ -617,7 +626,11 @@ impl<'a> Parser<'a> {
         Ok(Value::Array(items))
     }
 
-    fn alignment(&self, metadata: &[(String, Value)], index: &HashMap<String, usize>) -> Result<u32> {
+    fn alignment(
+        &self,
+        metadata: &[(String, Value)],
+        index: &HashMap<String, usize>,
+    ) -> Result<u32> {
         let Some(&i) = index.get("general.alignment") else {
             return Ok(DEFAULT_ALIGNMENT);
         };

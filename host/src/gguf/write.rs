@@ -69,7 +69,11 @@ impl GgufWriter {
                 .as_integer()
                 .and_then(|n| u32::try_from(n).ok())
                 .filter(|a| a.is_power_of_two())
-                .ok_or_else(|| invalid(format!("general.alignment = {value:?} is not a power of two")))?;
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "general.alignment = {value:?} is not a power of two"
+                    ))
+                })?;
             self.alignment = Some(a);
         }
         self.keys.insert(key.clone());
@@ -79,12 +83,18 @@ impl GgufWriter {
 
     /// Declares a tensor; its bytes are written later, in declaration order, through the
     /// [`GgufStream`]. `dims` are in ggml order (`dims[0]` = row length).
-    pub fn add_tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType) -> Result<()> {
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        ty: GgmlType,
+    ) -> Result<()> {
         let name = name.into();
         if self.names.contains(&name) {
             return Err(invalid(format!("duplicate tensor name {name:?}")));
         }
-        let (_, size) = shape_size(dims, ty).map_err(|r| invalid(format!("tensor {name:?}: {r}")))?;
+        let (_, size) =
+            shape_size(dims, ty).map_err(|r| invalid(format!("tensor {name:?}: {r}")))?;
         self.names.insert(name.clone());
         self.tensors.push(Decl {
             name,
@@ -130,7 +140,9 @@ impl GgufWriter {
             rel = rel
                 .checked_add(d.size)
                 .and_then(|end| align_up(end, alignment))
-                .ok_or_else(|| invalid(format!("tensor {:?}: data section overflows u64", d.name)))?;
+                .ok_or_else(|| {
+                    invalid(format!("tensor {:?}: data section overflows u64", d.name))
+                })?;
         }
         let data_offset = align_up(h.len() as u64, alignment)
             .ok_or_else(|| invalid("header size overflows u64".into()))?;
