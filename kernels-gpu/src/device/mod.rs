@@ -1,0 +1,166 @@
+//! The device layer kernels are written against: what `cuda_std` would provide.
+//!
+//! Every primitive has two implementations with one signature: [`nvptx`] (inline PTX, used when
+//! the crate is built for the GPU) and [`host`] (a grid executor that runs each GPU thread as an OS
+//! thread, so the same kernel bodies run and are property-tested on a machine with no GPU).
+//! Kernels only ever call the functions re-exported here.
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod host;
+#[cfg(not(target_arch = "nvptx64"))]
+use host as imp;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod nvptx;
+#[cfg(target_arch = "nvptx64")]
+use nvptx as imp;
+
+pub use imp::{
+    block_dim, block_idx, block_idx_y, dp4a_s32, grid_dim, grid_dim_y, ld_nc_v4, mma_m16n8k16_f32_f16, shared_mem,
+    round_to_i32, shfl_idx_u32, shfl_xor_u32, sync_threads, thread_idx,
+};
+
+pub const WARP: u32 = policies::WARP;
+
+/// Lane of the calling thread within its warp.
+#[inline(always)]
+pub fn lane() -> u32 {
+    thread_idx() % WARP
+}
+
+/// Warp of the calling thread within its block.
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_idx() / WARP
+}
+
+/// `shfl.sync.bfly` of an f32 over the full warp.
+#[inline(always)]
+pub fn shfl_xor(v: f32, lane_mask: u32) -> f32 {
+    f32::from_bits(shfl_xor_u32(v.to_bits(), lane_mask))
+}
+
+/// `shfl.sync.idx` of an f32 over the full warp: the value of lane `src`.
+#[inline(always)]
+pub fn shfl_idx(v: f32, src: u32) -> f32 {
+    f32::from_bits(shfl_idx_u32(v.to_bits(), src))
+}
+
+/// Sum over the 32 lanes of a warp (butterfly: every lane gets the total). All lanes must call.
+#[inline(always)]
+pub fn warp_sum(mut v: f32) -> f32 {
+    let mut m = WARP / 2;
+    while m > 0 {
+        v += shfl_xor(v, m);
+        m /= 2;
+    }
+    v
+}
+
+/// Maximum over the 32 lanes of a warp; every lane gets it. All lanes must call.
+#[inline(always)]
+pub fn warp_max(mut v: f32) -> f32 {
+    let mut m = WARP / 2;
+    while m > 0 {
+        v = v.max(shfl_xor(v, m));
+        m /= 2;
+    }
+    v
+}
+
+/// Sum over the whole block. `scratch` is shared memory with room for one f32 per warp.
+/// Every thread of the block must call; every thread gets the total.
+///
+/// # Safety
+/// `scratch` must point to at least `block_dim()/32` f32 of shared memory that no other code
+/// uses between the two barriers inside.
+#[inline(always)]
+pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
+    unsafe { block_reduce(v, scratch, warp_sum, |a, b| a + b, 0.0) }
+}
+
+/// Maximum over the whole block; same contract as [`block_sum`].
+#[inline(always)]
+pub unsafe fn block_max(v: f32, scratch: *mut f32) -> f32 {
+    unsafe { block_reduce(v, scratch, warp_max, f32::max, f32::NEG_INFINITY) }
+}
+
+#[inline(always)]
+unsafe fn block_reduce(
+    v: f32,
+    scratch: *mut f32,
+    in_warp: fn(f32) -> f32,
+    combine: fn(f32, f32) -> f32,
+    identity: f32,
+) -> f32 {
+    let w = in_warp(v);
+    let warps = block_dim() / WARP;
+    if lane() == 0 {
+        unsafe { *scratch.add(warp_id() as usize) = w };
+    }
+    sync_threads();
+    let mut total = identity;
+    for i in 0..warps {
+        total = combine(total, unsafe { *scratch.add(i as usize) });
+    }
+    // The scratch slots may be reused right after this call: make sure everyone has read them.
+    sync_threads();
+    total
+}
+
+/// IEEE half (as bits) to f32. The nightly `f16` primitive lowers to one `cvt.f32.f16` on the GPU.
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    f16::from_bits(bits) as f32
+}
+
+/// f32 to IEEE half bits, round to nearest even (`cvt.rn.f16.f32`).
+#[inline(always)]
+pub fn f32_to_f16(v: f32) -> u16 {
+    (v as f16).to_bits()
+}
+
+/// 2^x. `ex2.approx.ftz.f32` on the GPU (max rel. error 2^-22).
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    imp::exp2(x)
+}
+
+/// e^x through [`exp2`].
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    exp2(x * core::f32::consts::LOG2_E)
+}
+
+/// 1/sqrt(x). `rsqrt.approx.f32` on the GPU.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    imp::rsqrt(x)
+}
+
+/// (sin x, cos x) with a range reduction good for the large angles RoPE produces at long
+/// positions (the hardware `sin.approx` is only accurate near zero).
+#[inline(always)]
+pub fn sin_cos(x: f32) -> (f32, f32) {
+    imp::sin_cos(x)
+}
+
+/// A raw device pointer that may cross into the host executor's threads. Kernels get plain raw
+/// pointers; this wrapper only exists so a host-side launch closure is `Sync`.
+#[derive(Clone, Copy, Debug)]
+pub struct DevPtr<T>(pub *mut T);
+unsafe impl<T> Send for DevPtr<T> {}
+unsafe impl<T> Sync for DevPtr<T> {}
+impl<T> DevPtr<T> {
+    pub fn from_slice(s: &[T]) -> Self {
+        DevPtr(s.as_ptr() as *mut T)
+    }
+    pub fn from_mut(s: &mut [T]) -> Self {
+        DevPtr(s.as_mut_ptr())
+    }
+    /// The pointer. A method (not `.0`) so closures capture the whole `Sync` wrapper.
+    #[inline(always)]
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}

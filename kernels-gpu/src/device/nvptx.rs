@@ -1,0 +1,153 @@
+//! Device primitives as inline PTX. Each function is one instruction (or a fixed short sequence);
+//! the doc comment names it. All warp collectives use the full-warp mask: callers must be
+//! converged (every lane of the warp executes the call).
+use core::arch::asm;
+use core::arch::nvptx as n;
+
+#[inline(always)]
+pub fn thread_idx() -> u32 {
+    unsafe { n::_thread_idx_x() }
+}
+#[inline(always)]
+pub fn block_idx() -> u32 {
+    unsafe { n::_block_idx_x() }
+}
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    unsafe { n::_block_idx_y() }
+}
+#[inline(always)]
+pub fn block_dim() -> u32 {
+    unsafe { n::_block_dim_x() }
+}
+#[inline(always)]
+pub fn grid_dim() -> u32 {
+    unsafe { n::_grid_dim_x() }
+}
+#[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    unsafe { n::_grid_dim_y() }
+}
+
+/// `bar.sync 0`: every thread of the block must reach it.
+#[inline(always)]
+pub fn sync_threads() {
+    unsafe { n::_syncthreads() }
+}
+
+/// Base of the block's dynamic shared memory (size given at launch).
+#[inline(always)]
+pub fn shared_mem<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// `shfl.sync.bfly.b32 d, v, mask, 0x1f, 0xffffffff` (sm_30+, PTX 6.0).
+#[inline(always)]
+pub fn shfl_xor_u32(v: u32, lane_mask: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 0x1f, 0xffffffff;",
+             r = out(reg32) r, v = in(reg32) v, m = in(reg32) lane_mask, options(nomem, nostack));
+    }
+    r
+}
+
+/// `shfl.sync.idx.b32 d, v, src, 0x1f, 0xffffffff`.
+#[inline(always)]
+pub fn shfl_idx_u32(v: u32, src: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.idx.b32 {r}, {v}, {s}, 0x1f, 0xffffffff;",
+             r = out(reg32) r, v = in(reg32) v, s = in(reg32) src, options(nomem, nostack));
+    }
+    r
+}
+
+/// `dp4a.s32.s32 d, a, b, c`: c + the dot product of the four signed bytes of a and b (sm_61+).
+#[inline(always)]
+pub fn dp4a_s32(a: u32, b: u32, c: i32) -> i32 {
+    let r: i32;
+    unsafe {
+        asm!("dp4a.s32.s32 {r}, {a}, {b}, {c};",
+             r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack));
+    }
+    r
+}
+
+/// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` (sm_80+, PTX 7.0).
+/// Fragments per the PTX ISA: A 4×b32 (8 halves), B 2×b32 (4 halves), C/D 4×f32.
+#[inline(always)]
+pub fn mma_m16n8k16_f32_f16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let d: [f32; 4];
+    let (mut d0, mut d1, mut d2, mut d3) = (0f32, 0f32, 0f32, 0f32);
+    unsafe {
+        asm!("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+             d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+             a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+             b0 = in(reg32) b[0], b1 = in(reg32) b[1],
+             c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+             options(nomem, nostack));
+    }
+    d = [d0, d1, d2, d3];
+    d
+}
+
+/// `ex2.approx.ftz.f32`.
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `rsqrt.approx.f32`.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("rsqrt.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// Cody–Waite reduction to [-π, π] with a three-part 2π, then `sin.approx`/`cos.approx`.
+#[inline(always)]
+pub fn sin_cos(x: f32) -> (f32, f32) {
+    const INV_2PI: f32 = 0.159_154_94;
+    const P1: f32 = 6.28125;
+    const P2: f32 = 0.001_934_051_5;
+    const P3: f32 = 1.215_422_8e-10;
+    let k = round(x * INV_2PI);
+    let r = ((x - k * P1) - k * P2) - k * P3;
+    let (s, c): (f32, f32);
+    unsafe {
+        asm!("sin.approx.f32 {s}, {r};", s = out(reg32) s, r = in(reg32) r, options(pure, nomem, nostack));
+        asm!("cos.approx.f32 {c}, {r};", c = out(reg32) c, r = in(reg32) r, options(pure, nomem, nostack));
+    }
+    (s, c)
+}
+
+#[inline(always)]
+fn round(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("cvt.rni.f32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `ld.global.nc.v4.u32`: one 16-byte read-only load (the pointer must be 16-byte aligned).
+#[inline(always)]
+pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p,
+             options(readonly, nostack, pure));
+    }
+    [a, b, c, d]
+}
+
+/// `cvt.rni.s32.f32`: round to nearest, ties to even.
+#[inline(always)]
+pub fn round_to_i32(x: f32) -> i32 {
+    let r: i32;
+    unsafe { asm!("cvt.rni.s32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}

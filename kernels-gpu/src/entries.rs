@@ -1,0 +1,54 @@
+//! The table of kernel entry points: one row per (kernel, format) instantiation.
+//!
+//! On the GPU each row becomes a `#[no_mangle] extern "ptx-kernel"` entry instantiated for the
+//! policy this module is built for (`--cfg kiln_target=...`, set by the build script). On the host
+//! each row becomes a name constant in [`names`], which the CUDA runtime uses to look entries up:
+//! the names and the entries come from the same row, so they cannot drift apart.
+#[allow(unused_imports)]
+use crate::kernels::{attention, elementwise as ew, formats, matvec, norm};
+
+#[cfg(all(target_arch = "nvptx64", kiln_target = "sm_80"))]
+type P = policies::Ampere;
+#[cfg(all(target_arch = "nvptx64", kiln_target = "sm_90"))]
+type P = policies::Hopper;
+#[cfg(all(target_arch = "nvptx64", kiln_target = "sm_121"))]
+type P = policies::SparkGb10;
+
+macro_rules! kernel_table {
+    ($( $name:ident = $($body:ident)::+ [$($fmt:ty),*] ( $($arg:ident : $ty:ty),* ); )*) => {
+        /// Entry names, one per row of the table.
+        #[allow(non_upper_case_globals)]
+        pub mod names {
+            $( pub const $name: &str = stringify!($name); )*
+            /// Every entry a module must export.
+            pub const ALL: &[&str] = &[$( stringify!($name) ),*];
+        }
+        $(
+            #[cfg(target_arch = "nvptx64")]
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) {
+                unsafe { $($body)::+::<P $(, $fmt)*>($($arg),*) }
+            }
+        )*
+    };
+}
+
+kernel_table! {
+    kiln_quantize_q8_1 = matvec::quantize_q8_1 [] (x: *const f32, xq: *mut i8, xds: *mut f32, cols: u32);
+    kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
+    kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
+    kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos0: u32, log2_base: f32, neox: u32, threads: u32);
+    kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
+    kiln_add_assign = ew::add_assign [] (acc: *mut f32, x: *const f32, len: u32);
+    kiln_embed_q4_0 = ew::embed_split [formats::Q4_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
+    kiln_embed_q4_1 = ew::embed_split [formats::Q4_1] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
+    kiln_embed_q8_0 = ew::embed_split [formats::Q8_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
+    kiln_embed_f16 = ew::embed_f16 [] (table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
+    kiln_kv_store = ew::kv_store [] (src: *const f32, cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos0: u32, threads: u32);
+    kiln_attention = attention::attention [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, pos0: u32, scale: f32);
+}

@@ -1,0 +1,116 @@
+//! One-thread-per-element kernels. Launch: [`launch::flat`](crate::kernels::launch::flat) with the
+//! thread count each doc names; threads past it return at once.
+use crate::device::*;
+use crate::kernels::formats::{QK, SplitFormat};
+use policies::TargetPolicy;
+
+#[inline(always)]
+fn global_id() -> u32 {
+    block_idx() * block_dim() + thread_idx()
+}
+
+/// RoPE in place on `x` (`n × heads × head_dim`); token t is at position `pos0 + t`.
+/// Rotates the first `rot_dim` dims of each head: pairs (2i, 2i+1) (`neox == 0`, llama) or
+/// (i, i + rot_dim/2) (`neox != 0`, Qwen/NeoX), by angle pos·base^(−2i/rot_dim).
+/// Threads: `n × heads × rot_dim/2`.
+pub unsafe fn rope<P: TargetPolicy>(
+    x: *mut f32,
+    heads: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    pos0: u32,
+    log2_base: f32,
+    neox: u32,
+    threads: u32,
+) {
+    let id = global_id();
+    if id >= threads {
+        return;
+    }
+    let half = rot_dim / 2;
+    let (i, head_row) = (id % half, id / half); // head_row = t * heads + h
+    let pos = pos0 + head_row / heads;
+    let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base);
+    let (s, c) = sin_cos(pos as f32 * freq);
+    let base = (head_row * head_dim) as usize;
+    let (a, b) = if neox != 0 { (i, i + half) } else { (2 * i, 2 * i + 1) };
+    unsafe {
+        let pa = x.add(base + a as usize);
+        let pb = x.add(base + b as usize);
+        let (va, vb) = (*pa, *pb);
+        *pa = va * c - vb * s;
+        *pb = va * s + vb * c;
+    }
+}
+
+/// `out[i] = silu(gate[i]) · up[i]`. Threads: `len`.
+pub unsafe fn swiglu<P: TargetPolicy>(gate: *const f32, up: *const f32, out: *mut f32, len: u32) {
+    let i = global_id();
+    if i < len {
+        let i = i as usize;
+        let g = unsafe { *gate.add(i) };
+        unsafe { *out.add(i) = g / (1.0 + exp(-g)) * *up.add(i) };
+    }
+}
+
+/// `acc[i] += x[i]` (residual connections). Threads: `len`.
+pub unsafe fn add_assign<P: TargetPolicy>(acc: *mut f32, x: *const f32, len: u32) {
+    let i = global_id();
+    if i < len {
+        unsafe { *acc.add(i as usize) += *x.add(i as usize) };
+    }
+}
+
+/// `out[t] = row ids[t]` of an embedding table in split layout `F` (`vocab × cols`).
+/// Ids are validated by the host before launch. Threads: `n × cols`.
+pub unsafe fn embed_split<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u8,
+    scales: *const u8,
+    ids: *const u32,
+    out: *mut f32,
+    cols: u32,
+    threads: u32,
+) {
+    let id = global_id();
+    if id >= threads {
+        return;
+    }
+    let (t, c) = ((id / cols) as usize, (id % cols) as usize);
+    let nb = cols as usize / QK;
+    let blk = unsafe { *ids.add(t) } as usize * nb + c / QK;
+    let v = unsafe { F::element(qs.add(blk * F::QS_WORDS * 4), scales.add(blk * F::SCALE_BYTES), c % QK) };
+    unsafe { *out.add(id as usize) = v };
+}
+
+/// Embedding lookup from an f16 table. Threads: `n × cols`.
+pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32) {
+    let id = global_id();
+    if id >= threads {
+        return;
+    }
+    let (t, c) = ((id / cols) as usize, (id % cols) as usize);
+    let row = unsafe { *ids.add(t) } as usize;
+    unsafe { *out.add(id as usize) = f16_to_f32(*table.add(row * cols as usize + c)) };
+}
+
+/// Append `n` tokens of K (or V) (`n × kv_heads × head_dim` f32) to an f16 cache laid out
+/// `kv_heads × max_ctx × head_dim`, at positions `pos0..pos0+n`. Threads: `n × kv_heads × head_dim`.
+pub unsafe fn kv_store<P: TargetPolicy>(
+    src: *const f32,
+    cache: *mut u16,
+    kv_heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    pos0: u32,
+    threads: u32,
+) {
+    let id = global_id();
+    if id >= threads {
+        return;
+    }
+    let d = id % head_dim;
+    let h = (id / head_dim) % kv_heads;
+    let t = id / (head_dim * kv_heads);
+    let dst = ((h * max_ctx + pos0 + t) * head_dim + d) as usize;
+    unsafe { *cache.add(dst) = f32_to_f16(*src.add(id as usize)) };
+}

@@ -1,0 +1,131 @@
+//! Weight formats as the GPU keeps them: GGUF blocks split into a quants plane and a scales
+//! plane at upload, so every lane reads its 16 or 32 bytes of quants with aligned 16-byte loads
+//! (an 18-byte Q4_0 block can never be loaded that way in place).
+//!
+//! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
+//! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
+use crate::device::{dp4a_s32, f16_to_f32};
+
+/// Elements per quant block of every split format.
+pub const QK: usize = 32;
+
+/// One GGUF 32-element block format in split layout.
+pub trait SplitFormat: 'static {
+    /// u32 words of quants per block (16 bytes for 4-bit, 32 for 8-bit).
+    const QS_WORDS: usize;
+    /// Bytes of scale data per block in the scales plane.
+    const SCALE_BYTES: usize;
+    /// Bytes of the GGUF block this comes from.
+    const GGUF_BYTES: usize;
+
+    /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used) with one activation
+    /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq).
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32;
+
+    /// Element `i` (0..32) of a block, dequantized.
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
+}
+
+#[inline(always)]
+fn half_at(p: *const u8) -> f32 {
+    f16_to_f32(unsafe { (p as *const u16).read_unaligned() })
+}
+
+/// Σ over a 4-bit block: word w holds elements 4w..4w+3 in its low nibbles and 16+4w.. in its
+/// high nibbles (llama.cpp's Q4 order).
+#[inline(always)]
+fn nibble_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+    let mut s = 0;
+    let mut w = 0;
+    while w < 4 {
+        s = dp4a_s32(qs[w] & 0x0f0f_0f0f, xq[w], s);
+        s = dp4a_s32((qs[w] >> 4) & 0x0f0f_0f0f, xq[w + 4], s);
+        w += 1;
+    }
+    s
+}
+
+#[inline(always)]
+fn nibble(qs: *const u8, i: usize) -> f32 {
+    let b = unsafe { *qs.add(i % 16) };
+    (if i < 16 { b & 0xf } else { b >> 4 }) as f32
+}
+
+/// Q4_0: value = d·(q − 8).
+pub struct Q4_0;
+impl SplitFormat for Q4_0 {
+    const QS_WORDS: usize = 4;
+    const SCALE_BYTES: usize = 2;
+    const GGUF_BYTES: usize = 18;
+    #[inline(always)]
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+        half_at(scale) * (xd * nibble_dot(qs, xq) as f32 - 8.0 * xs)
+    }
+    #[inline(always)]
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
+        half_at(scale) * (nibble(qs, i) - 8.0)
+    }
+}
+
+/// Q4_1: value = d·q + m (scales plane holds d, m as two halves).
+pub struct Q4_1;
+impl SplitFormat for Q4_1 {
+    const QS_WORDS: usize = 4;
+    const SCALE_BYTES: usize = 4;
+    const GGUF_BYTES: usize = 20;
+    #[inline(always)]
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+        let (d, m) = (half_at(scale), half_at(unsafe { scale.add(2) }));
+        d * xd * nibble_dot(qs, xq) as f32 + m * xs
+    }
+    #[inline(always)]
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
+        half_at(scale) * nibble(qs, i) + half_at(unsafe { scale.add(2) })
+    }
+}
+
+/// Q8_0: value = d·q.
+pub struct Q8_0;
+impl SplitFormat for Q8_0 {
+    const QS_WORDS: usize = 8;
+    const SCALE_BYTES: usize = 2;
+    const GGUF_BYTES: usize = 34;
+    #[inline(always)]
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, _xs: f32) -> f32 {
+        let mut s = 0;
+        let mut w = 0;
+        while w < 8 {
+            s = dp4a_s32(qs[w], xq[w], s);
+            w += 1;
+        }
+        half_at(scale) * xd * s as f32
+    }
+    #[inline(always)]
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
+        half_at(scale) * unsafe { *qs.add(i) } as i8 as f32
+    }
+}
+
+/// Byte sizes of the two planes of a `rows × cols` matrix in split layout.
+pub const fn split_plane_bytes<F: SplitFormat>(rows: usize, cols: usize) -> (usize, usize) {
+    let blocks = rows * (cols / QK);
+    (blocks * F::QS_WORDS * 4, blocks * F::SCALE_BYTES)
+}
+
+/// Split GGUF blocks (`src`, `rows × cols` elements) into the quants and scales planes.
+/// Returns `false` if the sizes do not match (the caller reports which tensor).
+pub fn split_gguf_blocks<F: SplitFormat>(src: &[u8], rows: usize, cols: usize, qs: &mut [u8], scales: &mut [u8]) -> bool {
+    let blocks = rows * (cols / QK);
+    let (qb, sb) = split_plane_bytes::<F>(rows, cols);
+    if cols % QK != 0 || src.len() != blocks * F::GGUF_BYTES || qs.len() != qb || scales.len() != sb {
+        return false;
+    }
+    let q_bytes = F::QS_WORDS * 4;
+    for b in 0..blocks {
+        let blk = &src[b * F::GGUF_BYTES..(b + 1) * F::GGUF_BYTES];
+        // GGUF blocks start with their scale(s); the quants follow.
+        scales[b * F::SCALE_BYTES..(b + 1) * F::SCALE_BYTES].copy_from_slice(&blk[..F::SCALE_BYTES]);
+        qs[b * q_bytes..(b + 1) * q_bytes].copy_from_slice(&blk[F::SCALE_BYTES..]);
+    }
+    true
+}

@@ -1,0 +1,48 @@
+//! Launch shapes, computed from the same policy constants the kernels are compiled with. The
+//! CUDA runtime and the host grid executor both launch through these, so a kernel and its
+//! launch can never disagree about warps, rows per block or shared memory.
+use policies::{TargetPolicy, WARP, matvec_rows_per_block};
+
+/// A launch: 2-D grid of 1-D blocks plus dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    pub grid_x: u32,
+    pub grid_y: u32,
+    pub block: u32,
+    pub shared_bytes: u32,
+}
+
+const fn div_ceil(a: u32, b: u32) -> u32 {
+    a.div_ceil(b)
+}
+
+/// Mat-vec (any weight format): `rows` outputs for each of `n` activation rows.
+pub const fn matvec<P: TargetPolicy>(rows: u32, n: u32) -> Dims {
+    Dims { grid_x: div_ceil(rows, matvec_rows_per_block::<P>()), grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
+}
+
+/// Activation quantization to Q8_1 blocks: one warp per 32-element block.
+pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
+    let warps = P::ROW_THREADS / WARP;
+    Dims { grid_x: div_ceil(cols / 32, warps), grid_y: n, block: P::ROW_THREADS, shared_bytes: 0 }
+}
+
+/// One block per row (RMSNorm, softmax): needs one f32 of scratch per warp.
+pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
+    Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 4 }
+}
+
+/// One thread per element (or per pair, for RoPE).
+pub const fn flat<P: TargetPolicy>(threads: u32) -> Dims {
+    Dims { grid_x: div_ceil(threads, P::ROW_THREADS), grid_y: 1, block: P::ROW_THREADS, shared_bytes: 0 }
+}
+
+/// Attention: one block per (query head, query token); scores for the longest row in shared memory.
+pub const fn attention<P: TargetPolicy>(n_heads: u32, n_tokens: u32, max_len: u32) -> Dims {
+    Dims {
+        grid_x: n_heads,
+        grid_y: n_tokens,
+        block: P::ATTN_WARPS * WARP,
+        shared_bytes: (max_len + P::ATTN_WARPS) * 4,
+    }
+}
