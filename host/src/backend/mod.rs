@@ -1,1 +1,122 @@
-//! The ops interface and its backends (in progress)
+//! The ops interface: what a model executor may ask of a device.
+//!
+//! Executors are written once as `fn forward<B: Backend>(..)`. They hold `B::Weight`s (uploaded or
+//! mapped once at load), pass `B::Tensor`s (activations that stay on the device) from op to op, and
+//! keep their attention state in a `B::KvCache` the backend owns. Only [`Backend::read`] and
+//! [`Backend::argmax`] move data back to the host. No executor names a backend.
+//!
+//! Every tensor is a row-major 2-D `[rows, cols]` f32 matrix: one row per token. Heads are
+//! contiguous column ranges of a row (`head h` = cols `h*head_dim .. (h+1)*head_dim`), the layout
+//! the GGUF q/k/v projections produce, so no op needs a reshape.
+//!
+//! Growing the interface: mixture-of-experts adds a router op (top-k of the gate logits, kept on
+//! the device) and `moe_matmul(x, experts, ids, weights)` over a 3-D expert `Weight`; MLA adds its
+//! own cache layout (compressed latent + rope key) and an `mla_attention` op. Both arrive as new
+//! trait methods used by new executors; nothing here changes shape.
+
+pub mod cpu;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::gguf::GgufFile;
+
+/// Rows and columns of a device matrix.
+pub trait Shape {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+}
+
+/// Which dimensions of a head RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: llama.cpp's llama layout (its converter permutes q/k for it).
+    Normal,
+    /// Halves `(i, i + rot_dim/2)`: GPT-NeoX, Qwen.
+    Neox,
+}
+
+/// Rotary position embedding of every head of a `[tokens, heads*head_dim]` tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    pub style: RopeStyle,
+    pub head_dim: usize,
+    /// Leading dimensions of each head that rotate (the rest pass through); usually `head_dim`.
+    pub rot_dim: usize,
+    pub freq_base: f32,
+}
+
+/// Shape of the attention of one layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attention {
+    pub n_head: usize,
+    /// Key/value heads; each serves `n_head / n_kv_head` query heads (grouped-query attention).
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    /// Multiplies `q·k`; `1/sqrt(head_dim)` for every model so far.
+    pub scale: f32,
+}
+
+/// Size of a KV cache: f16 keys and values of `max_seq` positions for every layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    pub n_layer: usize,
+    pub max_seq: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+/// A compute device, as the model executors see it.
+pub trait Backend {
+    /// An f32 activation matrix resident on the device.
+    type Tensor: Shape;
+    /// A GGUF tensor made usable by the device: `rows` = product of `dims[1..]`, `cols` = `dims[0]`.
+    type Weight: Shape;
+    /// Per-layer f16 keys and values; f16 on every backend so they agree bit for bit on the cache.
+    type KvCache;
+
+    /// Short name for messages ("cpu", "cuda").
+    fn name(&self) -> &'static str;
+
+    /// Maps (CPU, zero-copy) or uploads (device) the named tensor; errors name a missing tensor.
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<Self::Weight>;
+    fn kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache>;
+
+    /// Host to device.
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
+    /// Device to host, row-major.
+    fn read(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+    /// Index of the largest element of each row (greedy decoding without reading logits back).
+    fn argmax(&self, x: &Self::Tensor) -> Result<Vec<u32>>;
+    /// Rows `start .. start+n` as a new tensor (e.g. the last position before the output head).
+    fn rows(&self, x: &Self::Tensor, start: usize, n: usize) -> Result<Self::Tensor>;
+
+    /// `out[i] = table[ids[i]]`, dequantized: `[ids.len(), table.cols]`.
+    fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
+    /// `x · wᵀ`: `[n, w.cols]` → `[n, w.rows]`; the weight may be quantized.
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// RMSNorm over each group of `w.cols` columns (a whole row, or one head for QK-norm),
+    /// scaled by `w`.
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
+    /// Rotates every head of row `i` by position `pos + i`, in place.
+    fn rope(&self, x: &mut Self::Tensor, pos: usize, rope: &Rope) -> Result<()>;
+    /// `silu(gate) * up`, elementwise.
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `x += y` (residual connections).
+    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// Stores `k`, `v` (`[n, n_kv_head*head_dim]`) of positions `pos .. pos+n` in `layer` of the
+    /// cache, then attends each query row `i` of `q` (`[n, n_head*head_dim]`) causally over
+    /// cache positions `0 ..= pos+i`. Returns `[n, n_head*head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        pos: usize,
+        attn: &Attention,
+    ) -> Result<Self::Tensor>;
+}

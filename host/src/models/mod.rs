@@ -1,1 +1,132 @@
-//! Model executors (in progress)
+//! Model executors, written once against [`Backend`]: one file per architecture, one struct per
+//! block loaded by GGUF tensor name, shared block helpers in [`blocks`].
+
+pub mod blocks;
+pub mod llama;
+pub mod qwen3;
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::backend::{Attention, Backend, KvSpec, Rope, RopeStyle};
+use crate::gguf::GgufFile;
+
+/// Architectures [`load`] accepts (GGUF `general.architecture`).
+pub const SUPPORTED: &[&str] = &["llama", "qwen3"];
+
+/// Hyper-parameters of a decoder-only transformer, read from `{arch}.*` metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: String,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub n_vocab: usize,
+    /// Context the model was trained for; the KV cache default.
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    pub rope: Rope,
+}
+
+impl Config {
+    /// Reads the metadata every supported architecture shares; `rope_style` is the one fact the
+    /// file does not say (llama.cpp fixes it per architecture).
+    pub fn from_gguf(file: &GgufFile, rope_style: RopeStyle) -> Result<Config> {
+        let arch = file.get_str("general.architecture")?.to_string();
+        let key = |k: &str| format!("{arch}.{k}");
+        let u = |k: &str| -> Result<usize> { Ok(file.get_u32(&key(k))? as usize) };
+        let n_embd = u("embedding_length")?;
+        let n_head = u("attention.head_count")?;
+        ensure!(n_head > 0 && n_embd > 0, "{}: zero heads or embedding width", key("attention.head_count"));
+        let n_kv_head = u("attention.head_count_kv").unwrap_or(n_head);
+        ensure!(
+            n_kv_head > 0 && n_head % n_kv_head == 0,
+            "{n_head} attention heads cannot share {n_kv_head} kv heads"
+        );
+        let head_dim = u("attention.key_length").unwrap_or(n_embd / n_head);
+        if let Ok(vd) = u("attention.value_length") {
+            ensure!(vd == head_dim, "key length {head_dim} != value length {vd} is not supported");
+        }
+        let rot_dim = u("rope.dimension_count").unwrap_or(head_dim);
+        let embd = file.tensor("token_embd.weight").context("model has no tensor token_embd.weight")?;
+        let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as usize;
+        Ok(Config {
+            n_layer: u("block_count")?,
+            n_ff: u("feed_forward_length")?,
+            n_ctx_train: u("context_length")?,
+            rms_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+            rope: Rope {
+                style: rope_style,
+                head_dim,
+                rot_dim,
+                // 10000 is the value of the original RoPE paper, which files omitting it assume.
+                freq_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+            },
+            arch,
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim,
+            n_vocab,
+        })
+    }
+
+    pub fn attention(&self) -> Attention {
+        Attention {
+            n_head: self.n_head,
+            n_kv_head: self.n_kv_head,
+            head_dim: self.head_dim,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// A cache for `max_seq` positions (callers clamp to what they need; capped by training).
+    pub fn kv_spec(&self, max_seq: usize) -> KvSpec {
+        KvSpec { n_layer: self.n_layer, max_seq, n_kv_head: self.n_kv_head, head_dim: self.head_dim }
+    }
+}
+
+/// Which positions' logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (generation): skips the vocabulary mat-mul for the rest.
+    Last,
+    /// Every token's (tests, perplexity).
+    All,
+}
+
+/// A loaded model, ready to run on backend `B`.
+pub trait Model<B: Backend> {
+    fn config(&self) -> &Config;
+    /// Runs `tokens` at positions `pos ..`, appending their keys/values to `cache`, and returns
+    /// logits `[1 or tokens.len(), n_vocab]`.
+    fn forward(
+        &self,
+        b: &B,
+        cache: &mut B::KvCache,
+        tokens: &[u32],
+        pos: usize,
+        logits: Logits,
+    ) -> Result<B::Tensor>;
+}
+
+/// Loads the executor for the file's architecture. `progress(done, total)` is called per block.
+pub fn load<B: Backend + 'static>(
+    b: &B,
+    file: &Arc<GgufFile>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn Model<B>>> {
+    let arch = file.get_str("general.architecture")?;
+    Ok(match arch {
+        "llama" => Box::new(llama::Llama::load(b, file, progress)?),
+        "qwen3" => Box::new(qwen3::Qwen3::load(b, file, progress)?),
+        other => bail!(
+            "unsupported architecture {other:?} (kiln runs: {})",
+            SUPPORTED.join(", ")
+        ),
+    })
+}

@@ -1,0 +1,317 @@
+//! The CPU backend: weights stay in the GGUF memory map (zero-copy, so resident memory is about
+//! the file plus the KV cache), mat-muls go through [`crate::quant::QMatrix`], the rest is plain
+//! f32 loops, threaded with rayon where the work is large enough to pay for it.
+
+mod attention;
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail, ensure};
+use half::f16;
+use half::vec::HalfBitsVecExt;
+use rayon::prelude::*;
+
+use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
+use crate::gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::quant::{self, QMatrix};
+
+/// Below this many elements an elementwise op runs on the calling thread: waking the pool costs
+/// more than the loop.
+const PAR_MIN: usize = 1 << 14;
+
+#[derive(Clone, Debug, Default)]
+pub struct Cpu;
+
+impl Cpu {
+    pub fn new() -> Self {
+        Cpu
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    pub data: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl CpuTensor {
+    pub fn new(data: Vec<f32>, rows: usize, cols: usize) -> Result<Self> {
+        ensure!(data.len() == rows * cols, "tensor data has {} elements, expected {rows}x{cols}", data.len());
+        Ok(CpuTensor { data, rows, cols })
+    }
+    fn zeros(rows: usize, cols: usize) -> Self {
+        CpuTensor { data: vec![0.0; rows * cols], rows, cols }
+    }
+}
+
+impl Shape for CpuTensor {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A tensor still inside the memory map; one-row weights (norm scales) are also kept as f32,
+/// since they are tiny and read on every token.
+pub struct CpuWeight {
+    file: Arc<GgufFile>,
+    info: TensorInfo,
+    rows: usize,
+    cols: usize,
+    dense: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn bytes(&self) -> &[u8] {
+        self.file.tensor_data(&self.info)
+    }
+    fn ty(&self) -> GgmlType {
+        self.info.ggml_type
+    }
+    fn qmatrix(&self) -> QMatrix<'_> {
+        QMatrix { ty: self.ty(), data: self.bytes(), rows: self.rows, cols: self.cols }
+    }
+    fn dense(&self) -> Result<&[f32]> {
+        self.dense.as_deref().with_context(|| format!("tensor {} is not a vector", self.info.name))
+    }
+}
+
+impl Shape for CpuWeight {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// f16 keys and values, head-major per layer (`[n_kv_head][max_seq][head_dim]`) so that one
+/// head's keys are contiguous for the attention dot products.
+pub struct CpuKvCache {
+    spec: KvSpec,
+    k: Vec<Vec<f16>>,
+    v: Vec<Vec<f16>>,
+}
+
+fn check_same(a: &CpuTensor, b: &CpuTensor, op: &str) -> Result<()> {
+    ensure!(
+        a.rows == b.rows && a.cols == b.cols,
+        "{op}: shapes differ ({}x{} vs {}x{})",
+        a.rows,
+        a.cols,
+        b.rows,
+        b.cols
+    );
+    Ok(())
+}
+
+impl Backend for Cpu {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight> {
+        let info = file.tensor(name).with_context(|| format!("model has no tensor {name}"))?.clone();
+        let cols = *info.dims.first().with_context(|| format!("tensor {name} has no dimensions"))? as usize;
+        let rows = info.dims[1..].iter().product::<u64>() as usize;
+        let expect = info.ggml_type.bytes_for((rows * cols) as u64);
+        ensure!(
+            expect == Some(file.tensor_data(&info).len() as u64),
+            "tensor {name}: {:?} {:?} does not match its {} data bytes",
+            info.ggml_type,
+            info.dims,
+            file.tensor_data(&info).len()
+        );
+        let mut w = CpuWeight { file: file.clone(), info, rows, cols, dense: None };
+        if rows == 1 {
+            let mut v = vec![0.0; cols];
+            quant::dequantize_row(w.ty(), w.bytes(), &mut v)
+                .with_context(|| format!("tensor {name}"))?;
+            w.dense = Some(v);
+        }
+        Ok(w)
+    }
+
+    fn kv_cache(&self, spec: &KvSpec) -> Result<CpuKvCache> {
+        let per_layer = spec
+            .n_kv_head
+            .checked_mul(spec.max_seq)
+            .and_then(|x| x.checked_mul(spec.head_dim))
+            .context("KV cache size overflows")?;
+        // Zeroed u16s come from calloc: pages are only touched (made resident) as positions fill.
+        let layer = || vec![0u16; per_layer].reinterpret_into::<f16>();
+        Ok(CpuKvCache {
+            spec: *spec,
+            k: (0..spec.n_layer).map(|_| layer()).collect(),
+            v: (0..spec.n_layer).map(|_| layer()).collect(),
+        })
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<CpuTensor> {
+        CpuTensor::new(data.to_vec(), rows, cols)
+    }
+
+    fn read(&self, x: &CpuTensor) -> Result<Vec<f32>> {
+        Ok(x.data.clone())
+    }
+
+    fn argmax(&self, x: &CpuTensor) -> Result<Vec<u32>> {
+        Ok(x.data
+            .chunks_exact(x.cols.max(1))
+            .map(|row| {
+                let mut best = 0;
+                for (i, &v) in row.iter().enumerate() {
+                    if v > row[best] {
+                        best = i;
+                    }
+                }
+                best as u32
+            })
+            .collect())
+    }
+
+    fn rows(&self, x: &CpuTensor, start: usize, n: usize) -> Result<CpuTensor> {
+        ensure!(start + n <= x.rows, "rows {start}..{} of a {}-row tensor", start + n, x.rows);
+        CpuTensor::new(x.data[start * x.cols..(start + n) * x.cols].to_vec(), n, x.cols)
+    }
+
+    fn embed(&self, table: &CpuWeight, ids: &[u32]) -> Result<CpuTensor> {
+        let (ty, cols) = (table.ty(), table.cols);
+        let row_bytes = ty.bytes_for(cols as u64).context("embedding row is not whole blocks")? as usize;
+        let mut out = CpuTensor::zeros(ids.len(), cols);
+        for (&id, dst) in ids.iter().zip(out.data.chunks_exact_mut(cols)) {
+            let id = id as usize;
+            ensure!(id < table.rows, "token id {id} is outside the vocabulary ({})", table.rows);
+            quant::dequantize_row(ty, &table.bytes()[id * row_bytes..(id + 1) * row_bytes], dst)?;
+        }
+        Ok(out)
+    }
+
+    fn matmul(&self, x: &CpuTensor, w: &CpuWeight) -> Result<CpuTensor> {
+        ensure!(
+            x.cols == w.cols,
+            "matmul: activations have {} columns, {} expects {}",
+            x.cols,
+            w.info.name,
+            w.cols
+        );
+        let mut y = CpuTensor::zeros(x.rows, w.rows);
+        w.qmatrix().matmul(&x.data, x.rows, &mut y.data)?;
+        Ok(y)
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> Result<CpuTensor> {
+        let scale = w.dense()?;
+        let g = scale.len();
+        ensure!(g > 0 && x.cols % g == 0, "rms_norm: {} columns in groups of {g}", x.cols);
+        let mut out = CpuTensor::zeros(x.rows, x.cols);
+        let norm = |(src, dst): (&[f32], &mut [f32])| {
+            // f64 sum: rows are up to a few thousand wide and this is not the hot loop.
+            let ms = src.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / g as f64;
+            let r = (1.0 / (ms + eps as f64).sqrt()) as f32;
+            for ((d, &s), &w) in dst.iter_mut().zip(src).zip(scale) {
+                *d = s * r * w;
+            }
+        };
+        let pairs = x.data.chunks_exact(g).zip(out.data.chunks_exact_mut(g));
+        if x.data.len() >= PAR_MIN {
+            pairs.par_bridge().for_each(norm);
+        } else {
+            pairs.for_each(norm);
+        }
+        Ok(out)
+    }
+
+    fn rope(&self, x: &mut CpuTensor, pos: usize, rope: &Rope) -> Result<()> {
+        let (hd, rd) = (rope.head_dim, rope.rot_dim);
+        ensure!(hd > 0 && x.cols % hd == 0, "rope: {} columns is not whole heads of {hd}", x.cols);
+        ensure!(rd % 2 == 0 && rd <= hd, "rope: rotary dims {rd} must be even and <= {hd}");
+        let half = rd / 2;
+        // Frequencies in f64 so long positions keep their precision.
+        let inv_freq: Vec<f64> =
+            (0..half).map(|i| (rope.freq_base as f64).powf(-2.0 * i as f64 / rd as f64)).collect();
+        let cols = x.cols;
+        let rotate_row = |(r, row): (usize, &mut [f32])| {
+            let p = (pos + r) as f64;
+            let cs: Vec<(f32, f32)> =
+                inv_freq.iter().map(|&f| ((p * f).cos() as f32, (p * f).sin() as f32)).collect();
+            for head in row.chunks_exact_mut(hd) {
+                for (i, &(c, s)) in cs.iter().enumerate() {
+                    let (a, b) = match rope.style {
+                        RopeStyle::Normal => (2 * i, 2 * i + 1),
+                        RopeStyle::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        };
+        if x.data.len() >= PAR_MIN {
+            x.data.par_chunks_exact_mut(cols).enumerate().for_each(rotate_row);
+        } else {
+            x.data.chunks_exact_mut(cols).enumerate().for_each(rotate_row);
+        }
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
+        check_same(gate, up, "swiglu")?;
+        let mut out = CpuTensor::zeros(gate.rows, gate.cols);
+        let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = g / (1.0 + (-g).exp()) * u;
+        if out.data.len() >= PAR_MIN {
+            out.data.par_iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
+        } else {
+            out.data.iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
+        }
+        Ok(out)
+    }
+
+    fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
+        check_same(x, y, "add")?;
+        x.data.iter_mut().zip(&y.data).for_each(|(a, &b)| *a += b);
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        cache: &mut CpuKvCache,
+        layer: usize,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        pos: usize,
+        attn: &Attention,
+    ) -> Result<CpuTensor> {
+        let spec = cache.spec;
+        let (n, hd, nkv) = (q.rows, attn.head_dim, attn.n_kv_head);
+        ensure!(layer < spec.n_layer, "attention: layer {layer} of a {}-layer cache", spec.n_layer);
+        ensure!(
+            hd == spec.head_dim && nkv == spec.n_kv_head,
+            "attention: {nkv} kv heads of {hd} do not match the cache"
+        );
+        ensure!(
+            attn.n_head > 0 && nkv > 0 && attn.n_head % nkv == 0,
+            "attention: {} heads cannot share {nkv} kv heads",
+            attn.n_head
+        );
+        ensure!(q.cols == attn.n_head * hd, "attention: q has {} columns", q.cols);
+        ensure!(k.cols == nkv * hd && v.cols == nkv * hd, "attention: k/v have {} columns", k.cols);
+        ensure!(k.rows == n && v.rows == n, "attention: q, k, v row counts differ");
+        if pos + n > spec.max_seq {
+            bail!("context full: positions up to {} exceed the {}-token KV cache", pos + n, spec.max_seq);
+        }
+        attention::store(&mut cache.k[layer], k, pos, &spec);
+        attention::store(&mut cache.v[layer], v, pos, &spec);
+        let mut out = CpuTensor::zeros(n, q.cols);
+        attention::attend(&cache.k[layer], &cache.v[layer], q, &mut out, pos, attn, spec.max_seq);
+        Ok(out)
+    }
+}

@@ -1,0 +1,150 @@
+//! Pieces every decoder-only architecture shares: weight loading by GGUF name, the q/k/v/o
+//! attention projections, the SwiGLU feed-forward, and the embedding/output head.
+
+use std::sync::Arc;
+
+use anyhow::{Result, ensure};
+
+use super::{Config, Logits};
+use crate::backend::{Backend, Shape};
+use crate::gguf::GgufFile;
+
+/// Loads weights by GGUF name and checks their shapes, so a malformed file fails at load with
+/// the tensor's name rather than deep inside a forward pass.
+pub struct Loader<'a, B: Backend> {
+    pub b: &'a B,
+    pub file: &'a Arc<GgufFile>,
+}
+
+impl<'a, B: Backend> Loader<'a, B> {
+    pub fn new(b: &'a B, file: &'a Arc<GgufFile>) -> Self {
+        Loader { b, file }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_ok()
+    }
+
+    /// The tensor `name`, which must be `[rows, cols]` in our convention (GGUF dims `[cols, rows]`).
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
+        let w = self.b.load_weight(self.file, name)?;
+        ensure!(
+            w.rows() == rows && w.cols() == cols,
+            "tensor {name} is {} rows x {} columns, the model's metadata implies {rows} x {cols}",
+            w.rows(),
+            w.cols()
+        );
+        Ok(w)
+    }
+
+    /// A one-dimensional tensor of `len` elements (norm scales).
+    pub fn vector(&self, name: &str, len: usize) -> Result<B::Weight> {
+        self.matrix(name, 1, len)
+    }
+
+    /// `blk.{layer}.{name}.weight`, the llama.cpp naming of per-block tensors.
+    pub fn blk(&self, layer: usize, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
+        self.matrix(&format!("blk.{layer}.{name}.weight"), rows, cols)
+    }
+}
+
+/// The four attention projections of one block.
+pub struct SelfAttn<B: Backend> {
+    pub wq: B::Weight,
+    pub wk: B::Weight,
+    pub wv: B::Weight,
+    pub wo: B::Weight,
+}
+
+impl<B: Backend> SelfAttn<B> {
+    pub fn load(l: &Loader<B>, layer: usize, c: &Config) -> Result<Self> {
+        let (q_dim, kv_dim) = (c.n_head * c.head_dim, c.n_kv_head * c.head_dim);
+        Ok(SelfAttn {
+            wq: l.blk(layer, "attn_q", q_dim, c.n_embd)?,
+            wk: l.blk(layer, "attn_k", kv_dim, c.n_embd)?,
+            wv: l.blk(layer, "attn_v", kv_dim, c.n_embd)?,
+            wo: l.blk(layer, "attn_output", c.n_embd, q_dim)?,
+        })
+    }
+
+    /// Projects the normed hidden state to queries, keys and values.
+    pub fn qkv(&self, b: &B, h: &B::Tensor) -> Result<(B::Tensor, B::Tensor, B::Tensor)> {
+        Ok((b.matmul(h, &self.wq)?, b.matmul(h, &self.wk)?, b.matmul(h, &self.wv)?))
+    }
+
+    /// Attends (appending k/v to the cache) and projects back to the residual width.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend(
+        &self,
+        b: &B,
+        cache: &mut B::KvCache,
+        layer: usize,
+        q: &B::Tensor,
+        k: &B::Tensor,
+        v: &B::Tensor,
+        pos: usize,
+        c: &Config,
+    ) -> Result<B::Tensor> {
+        let a = b.attention(cache, layer, q, k, v, pos, &c.attention())?;
+        b.matmul(&a, &self.wo)
+    }
+}
+
+/// `down(silu(gate(x)) * up(x))`.
+pub struct SwiGlu<B: Backend> {
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
+}
+
+impl<B: Backend> SwiGlu<B> {
+    pub fn load(l: &Loader<B>, layer: usize, c: &Config) -> Result<Self> {
+        Ok(SwiGlu {
+            gate: l.blk(layer, "ffn_gate", c.n_ff, c.n_embd)?,
+            up: l.blk(layer, "ffn_up", c.n_ff, c.n_embd)?,
+            down: l.blk(layer, "ffn_down", c.n_embd, c.n_ff)?,
+        })
+    }
+
+    pub fn forward(&self, b: &B, h: &B::Tensor) -> Result<B::Tensor> {
+        let act = b.swiglu(&b.matmul(h, &self.gate)?, &b.matmul(h, &self.up)?)?;
+        b.matmul(&act, &self.down)
+    }
+}
+
+/// Token embedding in, final norm and vocabulary projection out.
+pub struct Head<B: Backend> {
+    pub embd: B::Weight,
+    pub norm: B::Weight,
+    /// `output.weight`, or a second handle on `token_embd.weight` when the model ties them.
+    pub output: B::Weight,
+}
+
+impl<B: Backend> Head<B> {
+    pub fn load(l: &Loader<B>, c: &Config) -> Result<Self> {
+        let out = if l.has("output.weight") { "output.weight" } else { "token_embd.weight" };
+        Ok(Head {
+            embd: l.matrix("token_embd.weight", c.n_vocab, c.n_embd)?,
+            norm: l.vector("output_norm.weight", c.n_embd)?,
+            output: l.matrix(out, c.n_vocab, c.n_embd)?,
+        })
+    }
+
+    pub fn embed(&self, b: &B, tokens: &[u32]) -> Result<B::Tensor> {
+        ensure!(!tokens.is_empty(), "forward pass over zero tokens");
+        b.embed(&self.embd, tokens)
+    }
+
+    pub fn logits(&self, b: &B, x: &B::Tensor, c: &Config, which: Logits) -> Result<B::Tensor> {
+        let n = x.rows();
+        let last;
+        let x = match which {
+            Logits::Last if n > 1 => {
+                last = b.rows(x, n - 1, 1)?;
+                &last
+            }
+            _ => x,
+        };
+        b.matmul(&b.rms_norm(x, &self.norm, c.rms_eps)?, &self.output)
+    }
+}

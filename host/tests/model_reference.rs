@@ -1,0 +1,339 @@
+//! Model executors on the CPU backend against a plain float64 forward pass written here, over tiny
+//! synthetic llama and qwen3 models built in memory. The reference rounds keys and values to f16
+//! because the KV cache is f16 by contract on every backend.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use half::f16;
+use kiln_host::backend::Backend;
+use kiln_host::backend::cpu::Cpu;
+use kiln_host::gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use kiln_host::models::{self, Logits, Model};
+use kiln_host::quant;
+
+#[derive(Clone, Copy)]
+struct Synth {
+    arch: &'static str,
+    n_layer: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_kv: usize,
+    head_dim: usize,
+    n_ff: usize,
+    n_vocab: usize,
+    ty: GgmlType,
+    tied: bool,
+}
+
+const EPS: f32 = 1e-5;
+const BASE: f32 = 10_000.0;
+
+const LLAMA: Synth = Synth {
+    arch: "llama",
+    n_layer: 2,
+    n_embd: 64,
+    n_head: 4,
+    n_kv: 2,
+    head_dim: 16,
+    n_ff: 96,
+    n_vocab: 50,
+    ty: GgmlType::F32,
+    tied: true,
+};
+
+/// head_dim (32) != n_embd / n_head (16), as in real Qwen3 models; untied output.
+const QWEN3: Synth = Synth {
+    arch: "qwen3",
+    n_layer: 2,
+    n_embd: 64,
+    n_head: 4,
+    n_kv: 2,
+    head_dim: 32,
+    n_ff: 96,
+    n_vocab: 50,
+    ty: GgmlType::F32,
+    tied: false,
+};
+
+/// Deterministic values in [-1, 1).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// The GGUF bytes, plus every weight dequantized to f64 as the reference sees it.
+fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
+    let mut rng = Rng(0x9E3779B97F4A7C15);
+    let (q, kv) = (s.n_head * s.head_dim, s.n_kv * s.head_dim);
+    // (name, rows, cols, is_norm)
+    let mut specs: Vec<(String, usize, usize, bool)> = vec![
+        ("token_embd.weight".into(), s.n_vocab, s.n_embd, false),
+        ("output_norm.weight".into(), 1, s.n_embd, true),
+    ];
+    if !s.tied {
+        specs.push(("output.weight".into(), s.n_vocab, s.n_embd, false));
+    }
+    for i in 0..s.n_layer {
+        let b = |n: &str| format!("blk.{i}.{n}.weight");
+        specs.extend([
+            (b("attn_norm"), 1, s.n_embd, true),
+            (b("attn_q"), q, s.n_embd, false),
+            (b("attn_k"), kv, s.n_embd, false),
+            (b("attn_v"), kv, s.n_embd, false),
+            (b("attn_output"), s.n_embd, q, false),
+            (b("ffn_norm"), 1, s.n_embd, true),
+            (b("ffn_gate"), s.n_ff, s.n_embd, false),
+            (b("ffn_up"), s.n_ff, s.n_embd, false),
+            (b("ffn_down"), s.n_embd, s.n_ff, false),
+        ]);
+        if s.arch == "qwen3" {
+            specs.push((b("attn_q_norm"), 1, s.head_dim, true));
+            specs.push((b("attn_k_norm"), 1, s.head_dim, true));
+        }
+    }
+    let a = s.arch;
+    let mut w = GgufWriter::new();
+    let meta = [
+        ("general.architecture".to_string(), Value::String(a.into())),
+        (format!("{a}.block_count"), Value::U32(s.n_layer as u32)),
+        (format!("{a}.context_length"), Value::U32(64)),
+        (format!("{a}.embedding_length"), Value::U32(s.n_embd as u32)),
+        (format!("{a}.feed_forward_length"), Value::U32(s.n_ff as u32)),
+        (format!("{a}.attention.head_count"), Value::U32(s.n_head as u32)),
+        (format!("{a}.attention.head_count_kv"), Value::U32(s.n_kv as u32)),
+        (format!("{a}.attention.key_length"), Value::U32(s.head_dim as u32)),
+        (format!("{a}.rope.freq_base"), Value::F32(BASE)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(EPS)),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(k, v).unwrap();
+    }
+    let mut data = Vec::new();
+    let mut weights = HashMap::new();
+    for (name, rows, cols, norm) in &specs {
+        let ty = if *norm { GgmlType::F32 } else { s.ty };
+        let vals: Vec<f32> = (0..rows * cols)
+            .map(|_| if *norm { 1.0 + 0.3 * rng.next() } else { 0.2 * rng.next() })
+            .collect();
+        let mut bytes = vec![0u8; ty.bytes_for((rows * cols) as u64).unwrap() as usize];
+        quant::quantize_row(ty, &vals, &mut bytes).unwrap();
+        let mut deq = vec![0f32; rows * cols];
+        quant::dequantize_row(ty, &bytes, &mut deq).unwrap();
+        weights.insert(name.clone(), deq.iter().map(|&v| v as f64).collect());
+        let dims: Vec<u64> = if *rows == 1 { vec![*cols as u64] } else { vec![*cols as u64, *rows as u64] };
+        w.add_tensor(name.clone(), &dims, ty).unwrap();
+        data.push(bytes);
+    }
+    let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    let file = GgufFile::from_bytes(w.to_vec(&refs).unwrap()).unwrap();
+    (Arc::new(file), weights)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference: every step spelled out in f64.
+
+fn matvec(w: &[f64], x: &[f64], rows: usize) -> Vec<f64> {
+    let cols = x.len();
+    (0..rows).map(|r| (0..cols).map(|c| w[r * cols + c] * x[c]).sum()).collect()
+}
+
+fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
+    x.chunks(w.len())
+        .flat_map(|g| {
+            let ms = g.iter().map(|v| v * v).sum::<f64>() / g.len() as f64;
+            let r = 1.0 / (ms + EPS as f64).sqrt();
+            g.iter().zip(w).map(move |(v, s)| v * r * s).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool) {
+    for head in x.chunks_mut(hd) {
+        for i in 0..hd / 2 {
+            let theta = pos as f64 * (BASE as f64).powf(-2.0 * i as f64 / hd as f64);
+            let (a, b) = if neox { (i, i + hd / 2) } else { (2 * i, 2 * i + 1) };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * theta.cos() - x1 * theta.sin();
+            head[b] = x0 * theta.sin() + x1 * theta.cos();
+        }
+    }
+}
+
+fn f16_round(x: &mut [f64]) {
+    for v in x {
+        *v = f16::from_f64(*v).to_f64();
+    }
+}
+
+/// Logits of every position of `tokens`.
+fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Vec<f64>> {
+    let qwen = s.arch == "qwen3";
+    let hd = s.head_dim;
+    let g = |n: &str| &w[n];
+    let mut xs: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| g("token_embd.weight")[t as usize * s.n_embd..][..s.n_embd].to_vec())
+        .collect();
+    for l in 0..s.n_layer {
+        let b = |n: &str| format!("blk.{l}.{n}.weight");
+        let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
+        for (p, x) in xs.iter().enumerate() {
+            let h = rms_norm(x, g(&b("attn_norm")));
+            let mut q = matvec(g(&b("attn_q")), &h, s.n_head * hd);
+            let mut k = matvec(g(&b("attn_k")), &h, s.n_kv * hd);
+            let mut v = matvec(g(&b("attn_v")), &h, s.n_kv * hd);
+            if qwen {
+                q = rms_norm(&q, g(&b("attn_q_norm")));
+                k = rms_norm(&k, g(&b("attn_k_norm")));
+            }
+            rope(&mut q, hd, p, qwen);
+            rope(&mut k, hd, p, qwen);
+            f16_round(&mut k);
+            f16_round(&mut v);
+            qs.push(q);
+            ks.push(k);
+            vs.push(v);
+        }
+        for (p, x) in xs.iter_mut().enumerate() {
+            let mut att = vec![0.0; s.n_head * hd];
+            for h in 0..s.n_head {
+                let kvh = h / (s.n_head / s.n_kv);
+                let q = &qs[p][h * hd..][..hd];
+                let scores: Vec<f64> = (0..=p)
+                    .map(|t| {
+                        let k = &ks[t][kvh * hd..][..hd];
+                        q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for t in 0..=p {
+                    for d in 0..hd {
+                        att[h * hd + d] += e[t] / sum * vs[t][kvh * hd + d];
+                    }
+                }
+            }
+            let o = matvec(g(&b("attn_output")), &att, s.n_embd);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let h = rms_norm(x, g(&b("ffn_norm")));
+            let gate = matvec(g(&b("ffn_gate")), &h, s.n_ff);
+            let up = matvec(g(&b("ffn_up")), &h, s.n_ff);
+            let act: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let d = matvec(g(&b("ffn_down")), &act, s.n_embd);
+            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+        }
+    }
+    let out = if s.tied { "token_embd.weight" } else { "output.weight" };
+    xs.iter().map(|x| matvec(g(out), &rms_norm(x, g("output_norm.weight")), s.n_vocab)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const TOKENS: [u32; 9] = [3, 17, 42, 0, 9, 9, 31, 48, 5];
+
+fn kiln_all(model: &dyn Model<Cpu>, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let cpu = Cpu::new();
+    let mut cache = cpu.kv_cache(&model.config().kv_spec(32)).unwrap();
+    let logits = model.forward(&cpu, &mut cache, tokens, 0, Logits::All).unwrap();
+    let n = model.config().n_vocab;
+    cpu.read(&logits).unwrap().chunks(n).map(|r| r.to_vec()).collect()
+}
+
+/// max |a - b| / max |b| over all positions.
+fn rel_err(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
+    let scale = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs()));
+    let diff = a.iter().flatten().zip(b.iter().flatten()).fold(0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
+    diff / scale
+}
+
+fn check_against_reference(s: Synth, bound: f64) {
+    let (file, weights) = build(&s);
+    let model = models::load(&Cpu::new(), &file, &mut |_, _| {}).unwrap();
+    let got = kiln_all(model.as_ref(), &TOKENS);
+    let want = reference(&s, &weights, &TOKENS);
+    assert_eq!(got.len(), want.len());
+    let err = rel_err(&got, &want);
+    eprintln!("{} {:?}: rel err {err:.2e}", s.arch, s.ty);
+    assert!(err < bound, "{} {:?}: rel err {err:e} >= {bound:e}", s.arch, s.ty);
+}
+
+#[test]
+fn llama_f32_matches_f64_reference() {
+    check_against_reference(LLAMA, 1e-3);
+}
+
+#[test]
+fn qwen3_f32_matches_f64_reference() {
+    check_against_reference(QWEN3, 1e-3);
+}
+
+#[test]
+fn llama_f16_matches_f64_reference() {
+    check_against_reference(Synth { ty: GgmlType::F16, ..LLAMA }, 1e-3);
+}
+
+/// Quantized weights: the reference uses the same dequantized weights, so the remaining error
+/// is the Q8 quantization of activations inside the mat-vecs.
+#[test]
+fn llama_q8_0_and_q4_1_match_f64_reference_within_activation_quantization() {
+    check_against_reference(Synth { ty: GgmlType::Q8_0, ..LLAMA }, 3e-2);
+    check_against_reference(Synth { ty: GgmlType::Q4_1, ..LLAMA }, 3e-2);
+    check_against_reference(Synth { ty: GgmlType::Q4_0, ..QWEN3 }, 3e-2);
+}
+
+/// Prefilling a prefix and decoding the rest one token at a time must give the logits that one
+/// full prefill gives at the same positions.
+#[test]
+fn prefill_then_decode_equals_full_prefill() {
+    for s in [LLAMA, QWEN3, Synth { ty: GgmlType::Q4_1, ..LLAMA }, Synth { ty: GgmlType::Q8_0, ..QWEN3 }] {
+        let (file, _) = build(&s);
+        let cpu = Cpu::new();
+        let model = models::load(&cpu, &file, &mut |_, _| {}).unwrap();
+        let full = kiln_all(model.as_ref(), &TOKENS);
+        let mut cache = cpu.kv_cache(&model.config().kv_spec(32)).unwrap();
+        let split = 4;
+        let first = model.forward(&cpu, &mut cache, &TOKENS[..split], 0, Logits::Last).unwrap();
+        let mut steps = vec![cpu.read(&first).unwrap()];
+        for (i, &t) in TOKENS.iter().enumerate().skip(split) {
+            let l = model.forward(&cpu, &mut cache, &[t], i, Logits::Last).unwrap();
+            steps.push(cpu.read(&l).unwrap());
+        }
+        for (k, step) in steps.iter().enumerate() {
+            let want = &full[split - 1 + k];
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = step.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(diff <= 1e-5 * scale, "{} {:?} position {}: diff {diff}", s.arch, s.ty, split - 1 + k);
+        }
+    }
+}
+
+#[test]
+fn load_errors_name_what_is_missing() {
+    let (file, _) = build(&LLAMA);
+    // Rebuild without one block tensor.
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    let keep: Vec<_> = file.tensors().iter().filter(|t| t.name != "blk.1.ffn_up.weight").collect();
+    for t in &keep {
+        w.add_tensor(t.name.clone(), &t.dims, t.ggml_type).unwrap();
+    }
+    let data: Vec<&[u8]> = keep.iter().map(|t| file.tensor_data(t)).collect();
+    let broken = Arc::new(GgufFile::from_bytes(w.to_vec(&data).unwrap()).unwrap());
+    let err = models::load(&Cpu::new(), &broken, &mut |_, _| {}).err().expect("load must fail");
+    assert!(format!("{err:#}").contains("blk.1.ffn_up.weight"), "{err:#}");
+
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("mamba".into())).unwrap();
+    let other = Arc::new(GgufFile::from_bytes(w.to_vec(&[]).unwrap()).unwrap());
+    let err = models::load(&Cpu::new(), &other, &mut |_, _| {}).err().expect("load must fail");
+    assert!(format!("{err:#}").contains("unsupported architecture \"mamba\""), "{err:#}");
+}
