@@ -1,5 +1,18 @@
-//! The CUDA runtime layer (cudarc, dynamic loading): device discovery, PTX module choice,
-//! buffers, launches.
+//! The CUDA runtime layer, on cudarc with dynamic loading: the binary builds and starts on a
+//! machine without CUDA, and asking for the GPU there is a clear error instead of a panic.
+//!
+//! [`Gpu`] picks the embedded PTX module for the device (the newest whose `min_cc` is not above
+//! the device's compute capability), loads it once, resolves every kernel entry up front, owns
+//! the stream, and launches with shapes from the same policy the module was compiled with.
+mod shapes;
+
+use anyhow::{Context, Result, anyhow, bail};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use kernels_gpu::kernels::launch::Dims;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use shapes::LaunchShapes;
 
 /// One embedded PTX module: built for policy `name`, runs on compute capability ≥ `min_cc`.
 #[derive(Clone, Copy, Debug)]
@@ -8,4 +21,194 @@ pub struct PtxModule {
     /// major·10 + minor.
     pub min_cc: u32,
     pub ptx: &'static str,
+}
+
+/// Whether a CUDA driver library can be loaded at all (cudarc panics if we try without one).
+pub fn driver_present() -> bool {
+    // SAFETY: only probes for the shared library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The module for a device of compute capability `cc` (major·10 + minor): the newest whose
+/// `min_cc` is not above it. Arch-specific features stay out of the modules, so this holds.
+pub fn pick_module(modules: &[PtxModule], cc: u32) -> Option<&PtxModule> {
+    modules.iter().filter(|m| m.min_cc <= cc).max_by_key(|m| m.min_cc)
+}
+
+/// A kernel argument: device pointer or scalar, passed by value as the PTX entry declares it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    Ptr(u64),
+    U32(u32),
+    F32(f32),
+}
+
+/// A device buffer of `T`.
+pub struct DBuf<T> {
+    slice: CudaSlice<T>,
+    ptr: u64,
+}
+
+impl<T> DBuf<T> {
+    /// Device address, for kernel arguments.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// Address of element `i` (no bounds check beyond the debug assertion; kernels index raw).
+    pub fn ptr_at(&self, i: usize) -> u64 {
+        debug_assert!(i <= self.slice.len());
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+    pub fn arg(&self) -> Arg {
+        Arg::Ptr(self.ptr)
+    }
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.slice.is_empty()
+    }
+    pub fn bytes(&self) -> usize {
+        self.slice.len() * std::mem::size_of::<T>()
+    }
+}
+
+/// The GPU: one device, one stream, the module for its architecture.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    functions: HashMap<&'static str, CudaFunction>,
+    module: PtxModule,
+    shapes: &'static dyn LaunchShapes,
+    name: String,
+    cc: (i32, i32),
+}
+
+impl Gpu {
+    /// Open device `ordinal` and load the matching module from `modules`.
+    pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Gpu> {
+        if !driver_present() {
+            bail!("no CUDA driver found (libcuda.so could not be loaded); use --device cpu");
+        }
+        let count = CudaContext::device_count().map_err(|e| anyhow!("CUDA driver present but unusable: {e:?}"))?;
+        if ordinal as i32 >= count {
+            bail!("CUDA device {ordinal} requested but {count} device(s) found");
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("cannot open CUDA device {ordinal}: {e:?}"))?;
+        // kiln orders its own work on one stream; cudarc's per-buffer event tracking would add
+        // two event calls per argument per launch.
+        unsafe { ctx.disable_event_tracking() };
+        let cc = ctx.compute_capability().map_err(|e| anyhow!("{e:?}"))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let cc_num = (cc.0 * 10 + cc.1) as u32;
+        let module = *pick_module(modules, cc_num).ok_or_else(|| {
+            anyhow!("{name} (compute capability {}.{}) is older than every kiln kernel module (oldest: sm_80)", cc.0, cc.1)
+        })?;
+        let shapes = shapes::for_module(module.name).ok_or_else(|| anyhow!("no launch shapes for module {}", module.name))?;
+        let loaded = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(module.ptx))
+            .map_err(|e| anyhow!("loading the {} PTX module on {name} failed: {e:?}", module.name))?;
+        let mut functions = HashMap::new();
+        for &entry in kernels_gpu::entries::names::ALL {
+            let f = loaded.load_function(entry).map_err(|e| anyhow!("kernel {entry} missing from module {}: {e:?}", module.name))?;
+            functions.insert(entry, f);
+        }
+        let stream = ctx.default_stream();
+        Ok(Gpu { ctx, stream, _module: loaded, functions, module, shapes, name, cc })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+    /// The policy/module in use (`sm_90`, ...).
+    pub fn module_name(&self) -> &'static str {
+        self.module.name
+    }
+    /// Launch shapes of the loaded module's policy.
+    pub fn shapes(&self) -> &'static dyn LaunchShapes {
+        self.shapes
+    }
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DBuf<T>> {
+        let slice = self.stream.clone_htod(data).map_err(|e| anyhow!("upload of {} bytes failed: {e:?}", std::mem::size_of_val(data)))?;
+        Ok(self.wrap(slice))
+    }
+
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DBuf<T>> {
+        let slice = self
+            .stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(|e| anyhow!("allocating {} bytes on the GPU failed: {e:?}", n * std::mem::size_of::<T>()))?;
+        Ok(self.wrap(slice))
+    }
+
+    fn wrap<T>(&self, slice: CudaSlice<T>) -> DBuf<T> {
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(&self.stream);
+            ptr
+        };
+        DBuf { ptr, slice }
+    }
+
+    pub fn write<T: DeviceRepr>(&self, dst: &mut DBuf<T>, data: &[T]) -> Result<()> {
+        if data.len() > dst.len() {
+            bail!("write of {} elements into a buffer of {}", data.len(), dst.len());
+        }
+        let mut view = dst.slice.slice_mut(..data.len());
+        self.stream.memcpy_htod(data, &mut view).map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
+    }
+
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(&src.slice).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))
+    }
+
+    /// Copy the first `n` elements back.
+    pub fn download_prefix<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>, n: usize) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); n];
+        self.stream.memcpy_dtoh(&src.slice.slice(..n), &mut out).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
+        Ok(out)
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}"))
+    }
+
+    /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
+    /// must match the entry's parameter list in the kernel table.
+    pub fn launch(&self, kernel: &'static str, dims: Dims, args: &[Arg]) -> Result<()> {
+        let f = self.functions.get(kernel).ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
+        if dims.grid_x == 0 || dims.grid_y == 0 {
+            return Ok(()); // empty problem
+        }
+        let cfg = LaunchConfig { grid_dim: (dims.grid_x, dims.grid_y, 1), block_dim: (dims.block, 1, 1), shared_mem_bytes: dims.shared_bytes };
+        if dims.shared_bytes > 48 * 1024 {
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dims.shared_bytes as i32,
+            )
+            .map_err(|e| anyhow!("{kernel}: cannot raise shared memory to {} bytes: {e:?}", dims.shared_bytes))?;
+        }
+        let mut b = self.stream.launch_builder(f);
+        // Each argument needs a stable address until launch: keep them in one vector.
+        let vals: Vec<Arg> = args.to_vec();
+        for a in &vals {
+            match a {
+                Arg::Ptr(p) => b.arg(p),
+                Arg::U32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: the argument list follows the kernel table; pointers are live device buffers.
+        unsafe { b.launch(cfg) }.map(|_| ()).with_context(|| format!("launching {kernel} with {dims:?}"))
+    }
 }

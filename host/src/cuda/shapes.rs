@@ -1,0 +1,54 @@
+//! Launch shapes of the loaded module's policy, chosen once at run time.
+//!
+//! Each kernel module is monomorphized for one policy at build time; the host learns which one
+//! it loaded only at run time (from the device). This object-safe view over
+//! `kernels_gpu::kernels::launch` for a fixed `P` lets the backend ask for shapes without being
+//! generic itself, while the numbers still come from the policy's constants.
+use kernels_gpu::kernels::launch::{self, Dims};
+use policies::{Ampere, Hopper, SparkGb10, TargetPolicy};
+use std::marker::PhantomData;
+
+pub trait LaunchShapes: Send + Sync {
+    fn policy(&self) -> &'static str;
+    fn matvec(&self, rows: u32, n: u32) -> Dims;
+    fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
+    fn per_row(&self, rows: u32) -> Dims;
+    fn flat(&self, threads: u32) -> Dims;
+    fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims;
+    fn max_shared_bytes(&self) -> u32;
+}
+
+struct Shapes<P>(PhantomData<P>);
+
+impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
+    fn policy(&self) -> &'static str {
+        P::NAME
+    }
+    fn matvec(&self, rows: u32, n: u32) -> Dims {
+        launch::matvec::<P>(rows, n)
+    }
+    fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
+        launch::quantize_q8_1::<P>(cols, n)
+    }
+    fn per_row(&self, rows: u32) -> Dims {
+        launch::per_row::<P>(rows)
+    }
+    fn flat(&self, threads: u32) -> Dims {
+        launch::flat::<P>(threads)
+    }
+    fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims {
+        launch::attention::<P>(heads, n_tokens, max_len)
+    }
+    fn max_shared_bytes(&self) -> u32 {
+        P::MAX_SMEM_PER_BLOCK
+    }
+}
+
+static AMPERE: Shapes<Ampere> = Shapes(PhantomData);
+static HOPPER: Shapes<Hopper> = Shapes(PhantomData);
+static SPARK: Shapes<SparkGb10> = Shapes(PhantomData);
+
+/// Shapes for the module built from the policy named `name`.
+pub fn for_module(name: &str) -> Option<&'static dyn LaunchShapes> {
+    [&AMPERE as &'static dyn LaunchShapes, &HOPPER, &SPARK].into_iter().find(|s| s.policy() == name)
+}
