@@ -1,3 +1,39 @@
+//! `cargo xtask`: the project's own tools. `bench kernels` measures the GPU kernels against
+//! the device's copy bandwidth; `gen-model` writes synthetic GGUF files.
+mod bench_kernels;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "kiln developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measurement protocols.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Mat-vec and row kernels on the GPU: GB/s and % of measured copy bandwidth.
+    Kernels(bench_kernels::Args),
+}
+
 fn main() {
-    eprintln!("xtask: in progress");
+    let cli = Cli::parse();
+    let r: Result<()> = match cli.cmd {
+        Cmd::Bench { what: BenchWhat::Kernels(a) } => bench_kernels::run(a),
+    };
+    if let Err(e) = r {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
 }

@@ -179,6 +179,29 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Device-to-device copy of `src` into the start of `dst`.
+    pub fn copy<T: DeviceRepr>(&self, src: &DBuf<T>, dst: &mut DBuf<T>) -> Result<()> {
+        if src.len() > dst.len() {
+            bail!("copy of {} elements into a buffer of {}", src.len(), dst.len());
+        }
+        let mut view = dst.slice.slice_mut(..src.len());
+        self.stream.memcpy_dtod(&src.slice, &mut view).map_err(|e| anyhow!("device-to-device copy failed: {e:?}"))
+    }
+
+    /// Milliseconds the device spent on the work `f` enqueues, measured with two events.
+    pub fn time_ms(&self, f: impl FnOnce() -> Result<()>) -> Result<f32> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
+        f()?;
+        let end = self.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
+        start.elapsed_ms(&end).map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(|e| anyhow!("{e:?}"))
+    }
+
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}"))
     }

@@ -1,0 +1,198 @@
+//! `cargo xtask bench kernels`: GPU mat-vec bandwidth against the device's own copy bandwidth.
+//!
+//! Protocol: measure device-to-device copy bandwidth (bytes read + written); for each shape and
+//! weight format, upload random weights in enough copies to defeat L2 (every launch reads a copy
+//! that was not read by the previous launch), check the result against a float64 CPU reference,
+//! warm up, then time every launch with its own pair of events and report the median and p95.
+use anyhow::{Context, Result, bail};
+use clap::Args as ClapArgs;
+use kernels_gpu::entries::names;
+use kernels_gpu::kernels::formats::{self, SplitFormat};
+use kiln_host::cuda::{Arg, DBuf, Gpu};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Timed launches per case.
+    #[arg(long, default_value_t = 200)]
+    iters: usize,
+    /// Write the JSON results here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Case {
+    kernel: String,
+    rows: usize,
+    cols: usize,
+    bytes: usize,
+    median_us: f64,
+    p95_us: f64,
+    gbps: f64,
+    pct_of_copy: f64,
+    floor_us: f64,
+    max_rel_err: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    device: String,
+    module: String,
+    commit: String,
+    copy_gbps: f64,
+    cases: Vec<Case>,
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Copy bandwidth: 1 GiB device-to-device, bytes read + written over median time.
+fn copy_bandwidth(gpu: &Gpu) -> Result<f64> {
+    let n = 1 << 28; // u32s = 1 GiB
+    let src = gpu.alloc::<u32>(n)?;
+    let mut dst = gpu.alloc::<u32>(n)?;
+    let mut t = Vec::new();
+    for i in 0..25 {
+        let ms = gpu.time_ms(|| gpu.copy(&src, &mut dst))?;
+        if i >= 5 {
+            t.push(ms as f64);
+        }
+    }
+    Ok(2.0 * (n * 4) as f64 / (percentile(&mut t, 0.5) * 1e-3) / 1e9)
+}
+
+struct Weights {
+    qs: Vec<DBuf<u8>>,
+    scales: Vec<DBuf<u8>>,
+    host_qs: Vec<u8>,
+    host_scales: Vec<u8>,
+}
+
+fn random_split<F: SplitFormat>(gpu: &Gpu, rows: usize, cols: usize, copies: usize, rng: &mut StdRng) -> Result<Weights> {
+    let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
+    let host_qs: Vec<u8> = (0..qb).map(|_| rng.random()).collect();
+    let mut host_scales = vec![0u8; sb];
+    for c in host_scales.chunks_mut(2) {
+        let v = half::f16::from_f32(rng.random_range(-0.02f32..0.02));
+        c.copy_from_slice(&v.to_le_bytes());
+    }
+    let mut qs = Vec::new();
+    let mut scales = Vec::new();
+    for _ in 0..copies {
+        qs.push(gpu.upload(&host_qs)?);
+        scales.push(gpu.upload(&host_scales)?);
+    }
+    Ok(Weights { qs, scales, host_qs, host_scales })
+}
+
+fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize, iters: usize, copy_gbps: f64, rng: &mut StdRng) -> Result<Case> {
+    let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
+    let bytes = qb + sb;
+    // Enough copies that consecutive launches never find their weights in the 50 MB L2.
+    let copies = (256 << 20) / bytes + 2;
+    let w = random_split::<F>(gpu, rows, cols, copies.min(16), rng)?;
+    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let xd = gpu.upload(&x)?;
+    let xq = gpu.alloc::<i8>(cols)?;
+    let xds = gpu.alloc::<f32>(cols / 16)?;
+    let y = gpu.alloc::<f32>(rows)?;
+    let sh = gpu.shapes();
+    gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(cols as u32, 1), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)])?;
+    let launch = |k: usize| {
+        let k = k % w.qs.len();
+        gpu.launch(
+            kernel_name::<F>(),
+            sh.matvec(rows as u32, 1),
+            &[w.qs[k].arg(), w.scales[k].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)],
+        )
+    };
+    launch(0)?;
+    gpu.synchronize()?;
+    // Correctness: float64 over the exact quantized activations the kernel used.
+    let got = gpu.download(&y)?;
+    let q = gpu.download(&xq)?;
+    let s = gpu.download(&xds)?;
+    let mut max_rel = 0f64;
+    let nb = cols / 32;
+    for row in (0..rows).step_by((rows / 97).max(1)).chain([rows - 1]) {
+        let mut acc = 0f64;
+        let mut mag = 0f64;
+        for b in 0..nb {
+            let blk = row * nb + b;
+            let qs = &w.host_qs[blk * F::QS_WORDS * 4..];
+            let sc = &w.host_scales[blk * F::SCALE_BYTES..];
+            for i in 0..32 {
+                let wv = F::element(qs.as_ptr(), sc.as_ptr(), i) as f64;
+                let xv = q[b * 32 + i] as f64 * s[2 * b] as f64;
+                acc += wv * xv;
+                mag += (wv * xv).abs();
+            }
+        }
+        max_rel = max_rel.max((got[row] as f64 - acc).abs() / mag.max(1e-30));
+    }
+    if !max_rel.is_finite() || max_rel > 1e-4 {
+        bail!("{label} {rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})");
+    }
+    for k in 0..20 {
+        launch(k)?;
+    }
+    let mut t = Vec::with_capacity(iters);
+    for k in 0..iters {
+        t.push(gpu.time_ms(|| launch(k))? as f64 * 1e3);
+    }
+    let median = percentile(&mut t, 0.5);
+    let p95 = percentile(&mut t, 0.95);
+    let gbps = bytes as f64 / (median * 1e-6) / 1e9;
+    Ok(Case {
+        kernel: label.into(),
+        rows,
+        cols,
+        bytes,
+        median_us: median,
+        p95_us: p95,
+        gbps,
+        pct_of_copy: 100.0 * gbps / copy_gbps,
+        floor_us: bytes as f64 / (copy_gbps * 1e9) * 1e6,
+        max_rel_err: max_rel,
+    })
+}
+
+fn kernel_name<F: SplitFormat>() -> &'static str {
+    match F::GGUF_BYTES {
+        18 => names::kiln_matvec_q4_0,
+        20 => names::kiln_matvec_q4_1,
+        _ => names::kiln_matvec_q8_0,
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let gpu = Gpu::new(kiln::PTX_MODULES, 0).context("bench kernels needs a CUDA GPU")?;
+    let commit = std::env::var("KILN_COMMIT").unwrap_or_else(|_| "unknown".into());
+    eprintln!("device: {} (cc {:?}), module {}", gpu.name(), gpu.compute_capability(), gpu.module_name());
+    let copy_gbps = copy_bandwidth(&gpu)?;
+    eprintln!("copy bandwidth: {copy_gbps:.0} GB/s (read + write)");
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut cases = Vec::new();
+    for (rows, cols) in [(14336, 4096), (4096, 14336), (151936, 4096)] {
+        cases.push(bench_matvec::<formats::Q4_0>(&gpu, "matvec_q4_0", rows, cols, a.iters, copy_gbps, &mut rng)?);
+        cases.push(bench_matvec::<formats::Q8_0>(&gpu, "matvec_q8_0", rows, cols, a.iters, copy_gbps, &mut rng)?);
+        cases.push(bench_matvec::<formats::Q4_1>(&gpu, "matvec_q4_1", rows, cols, a.iters, copy_gbps, &mut rng)?);
+    }
+    println!("| kernel | rows×cols | MB | median µs | p95 µs | GB/s | % copy | floor µs | max rel err |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for c in &cases {
+        println!(
+            "| {} | {}×{} | {:.1} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {:.1e} |",
+            c.kernel, c.rows, c.cols, c.bytes as f64 / 1e6, c.median_us, c.p95_us, c.gbps, c.pct_of_copy, c.floor_us, c.max_rel_err
+        );
+    }
+    let report = Report { device: gpu.name().into(), module: gpu.module_name().into(), commit, copy_gbps, cases };
+    if let Some(p) = a.json {
+        std::fs::write(&p, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
