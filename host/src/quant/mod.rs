@@ -1,1 +1,200 @@
-//! CPU quant formats (in progress)
+//! CPU side of the quant formats: row (de)quantizers bit-compatible with llama.cpp's GGUF
+//! files, fast weight-row × activation dot products, and [`QMatrix`], the mat-vec / mat-mat the
+//! CPU backend runs on memory-mapped weights.
+//!
+//! Dot products follow each format's fast path: activations are quantized once per call into
+//! the weight format's partner ([`activation_type`]): Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K
+//! for the K-quants, plain f32 for F32/F16/BF16; the inner loops then run on integers.
+//! Block layouts live in [`kernels_gpu::quant`], shared with the GPU kernels.
+//!
+//! Every kernel has a portable scalar version and, on x86-64, an AVX2+FMA(+F16C) one chosen
+//! once at run time ([`Isa::detect`]); tests hold the two against each other.
+
+mod float;
+mod kquants;
+mod legacy;
+mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod float_avx2;
+#[cfg(target_arch = "x86_64")]
+mod kquants_avx2;
+#[cfg(target_arch = "x86_64")]
+mod legacy_avx2;
+
+use anyhow::{Result, bail};
+
+pub use crate::gguf::GgmlType;
+pub use kernels_gpu::quant as blocks;
+pub use matmul::QMatrix;
+
+/// Which kernel implementation to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust, always available.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+}
+
+impl Isa {
+    /// The fastest ISA this CPU supports; detected once, then cached.
+    pub fn detect() -> Isa {
+        static CACHE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *CACHE.get_or_init(|| if Isa::Avx2.available() { Isa::Avx2 } else { Isa::Scalar })
+    }
+
+    /// Whether this CPU can run kernels of this ISA.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 => false,
+        }
+    }
+}
+
+/// `dst.len()` values (a whole number of blocks) to the element type `ty`, row layout
+/// identical to GGUF's.
+fn check_sizes(ty: GgmlType, n_elems: usize, n_bytes: usize, what: &str) -> Result<()> {
+    let (qk, bs) = ty.block();
+    if n_elems % qk != 0 {
+        bail!("{what} {}: {n_elems} elements is not a multiple of the block size {qk}", ty.name());
+    }
+    let want = n_elems / qk * bs;
+    if want != n_bytes {
+        bail!(
+            "{what} {}: {n_elems} elements need {want} bytes ({} blocks of {bs}), got {n_bytes}",
+            ty.name(),
+            n_elems / qk
+        );
+    }
+    Ok(())
+}
+
+/// Dequantizes one row (any whole number of blocks) of `ty` from `src` into `dst`.
+/// Bit-identical to llama.cpp / the `gguf` Python package.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    check_sizes(ty, dst.len(), src.len(), "dequantize")?;
+    use GgmlType::*;
+    match ty {
+        F32 | F16 | BF16 => float::dequantize(ty, src, dst),
+        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::dequantize(ty, src, dst),
+        Q4_K | Q5_K | Q6_K | Q8_K => kquants::dequantize(ty, src, dst),
+        _ => bail!("dequantize: type {} is not supported", ty.name()),
+    }
+    Ok(())
+}
+
+/// Quantizes one row into `ty` with llama.cpp's reference (round-to-nearest) quantizers:
+/// F32, F16, BF16, Q4_0, Q4_1, Q8_0 (bit-identical to the reference), and the activation
+/// formats Q8_1 and Q8_K.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    check_sizes(ty, src.len(), dst.len(), "quantize")?;
+    use GgmlType::*;
+    match ty {
+        F32 | F16 | BF16 => float::quantize(ty, src, dst),
+        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::quantize(ty, src, dst),
+        Q8_K => kquants::quantize_q8_k(src, dst),
+        _ => bail!("quantize: type {} is not supported", ty.name()),
+    }
+    Ok(())
+}
+
+/// The activation format the dot product of weight type `weight` consumes.
+pub fn activation_type(weight: GgmlType) -> Result<GgmlType> {
+    use GgmlType::*;
+    Ok(match weight {
+        F32 | F16 | BF16 => F32,
+        Q4_0 | Q8_0 => Q8_0,
+        Q4_1 => Q8_1,
+        Q4_K | Q5_K | Q6_K => Q8_K,
+        _ => bail!("no CPU dot product for weight type {}", weight.name()),
+    })
+}
+
+/// Quantizes an activation row `x` into the partner format of `weight`.
+pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
+    let at = activation_type(weight)?;
+    let (qk, bs) = at.block();
+    if x.len() % qk != 0 {
+        bail!(
+            "activations for {}: {} elements is not a multiple of {qk}",
+            weight.name(),
+            x.len()
+        );
+    }
+    let mut out = vec![0u8; x.len() / qk * bs];
+    quantize_row(at, x, &mut out)?;
+    Ok(out)
+}
+
+/// A dot-product kernel: weight row bytes × activation row bytes (whole blocks; a kernel only
+/// reads as many blocks as both slices hold, so a short slice cannot make it read out of bounds).
+pub(crate) type DotFn = fn(&[u8], &[u8]) -> f32;
+
+/// The kernel for weight type `ty` on `isa` (falls back to scalar if `isa` is unavailable).
+pub(crate) fn dot_fn(isa: Isa, ty: GgmlType) -> Result<DotFn> {
+    use GgmlType::*;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && Isa::Avx2.available() {
+        return Ok(match ty {
+            F32 => float_avx2::dot_f32,
+            F16 => float_avx2::dot_f16,
+            BF16 => float_avx2::dot_bf16,
+            Q4_0 => legacy_avx2::dot_q4_0_q8_0,
+            Q4_1 => legacy_avx2::dot_q4_1_q8_1,
+            Q8_0 => legacy_avx2::dot_q8_0_q8_0,
+            Q4_K => kquants_avx2::dot_q4_k_q8_k,
+            Q5_K => kquants_avx2::dot_q5_k_q8_k,
+            Q6_K => kquants_avx2::dot_q6_k_q8_k,
+            _ => bail!("no CPU dot product for weight type {}", ty.name()),
+        });
+    }
+    let _ = isa;
+    Ok(match ty {
+        F32 => float::dot_f32,
+        F16 => float::dot_f16,
+        BF16 => float::dot_bf16,
+        Q4_0 => legacy::dot_q4_0_q8_0,
+        Q4_1 => legacy::dot_q4_1_q8_1,
+        Q8_0 => legacy::dot_q8_0_q8_0,
+        Q4_K => kquants::dot_q4_k_q8_k,
+        Q5_K => kquants::dot_q5_k_q8_k,
+        Q6_K => kquants::dot_q6_k_q8_k,
+        _ => bail!("no CPU dot product for weight type {}", ty.name()),
+    })
+}
+
+/// Dot product of one weight row (`w`, type `ty`) with an activation row already in the partner
+/// format ([`quantize_activations`]), using [`Isa::detect`].
+pub fn vec_dot(ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
+    vec_dot_with(Isa::detect(), ty, w, act)
+}
+
+/// [`vec_dot`] on a chosen ISA (tests compare scalar against AVX2).
+pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
+    let f = dot_fn(isa, ty)?;
+    let (wqk, wbs) = ty.block();
+    let at = activation_type(ty)?;
+    let (aqk, abs) = at.block();
+    if w.len() % wbs != 0 {
+        bail!("dot: {} weight row of {} bytes is not whole blocks of {wbs}", ty.name(), w.len());
+    }
+    let n = w.len() / wbs * wqk;
+    if act.len() != n / aqk * abs {
+        bail!(
+            "dot: {} weight row has {n} elements, needing {} bytes of {} activations; got {}",
+            ty.name(),
+            n / aqk * abs,
+            at.name(),
+            act.len()
+        );
+    }
+    Ok(f(w, act))
+}

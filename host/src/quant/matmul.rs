@@ -1,0 +1,140 @@
+//! [`QMatrix`]: a quantized weight matrix borrowed from a GGUF map, times f32 activations.
+
+use super::{GgmlType, Isa, activation_type, dot_fn, quantize_activations};
+use anyhow::{Result, bail};
+use rayon::prelude::*;
+
+/// Row-major `rows × cols` weights of type `ty` (each row whole blocks, GGUF layout).
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Weight bytes one rayon task should at least stream, so task overhead (~µs) stays small.
+const MIN_TASK_BYTES: usize = 48 * 1024;
+/// Bytes of weight rows kept hot in L1 while every activation row of a block passes over them.
+const TILE_BYTES: usize = 16 * 1024;
+/// Activation rows per pass over a weight tile (bounds the activation working set for big n).
+const ACT_BLOCK: usize = 64;
+
+/// Raw output pointer for disjoint writes from rayon tasks.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `ty` has a CPU dot product, `cols` is whole blocks and `data` is exactly
+    /// `rows` rows.
+    pub fn try_new(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<Self> {
+        activation_type(ty)?;
+        let (qk, bs) = ty.block();
+        if cols % qk != 0 {
+            bail!("QMatrix {}: cols {cols} is not a multiple of the block size {qk}", ty.name());
+        }
+        let want = (cols / qk).checked_mul(bs).and_then(|r| r.checked_mul(rows));
+        if want != Some(data.len()) {
+            bail!(
+                "QMatrix {} {rows}x{cols}: expected {} bytes of data, got {}",
+                ty.name(),
+                want.map_or("an overflowing number of".to_string(), |w| w.to_string()),
+                data.len()
+            );
+        }
+        Ok(Self { ty, data, rows, cols })
+    }
+
+    /// Bytes of one weight row.
+    pub fn row_bytes(&self) -> usize {
+        let (qk, bs) = self.ty.block();
+        self.cols / qk * bs
+    }
+
+    /// `y[a][r] = sum_c W[r][c] * x[a][c]` for `n` activation rows: `x` is `n × cols`, `y` is
+    /// `n × rows`, both row-major.
+    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+        self.matmul_with(Isa::detect(), x, n, y)
+    }
+
+    /// [`Self::matmul`] with a chosen kernel ISA.
+    pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+        // Re-validate: the fields are public, so `self` need not come from `try_new`.
+        let m = Self::try_new(self.ty, self.data, self.rows, self.cols)?;
+        if n.checked_mul(m.cols) != Some(x.len()) {
+            bail!("matmul: x has {} values, expected n={n} × cols={}", x.len(), m.cols);
+        }
+        if n.checked_mul(m.rows) != Some(y.len()) {
+            bail!("matmul: y has {} values, expected n={n} × rows={}", y.len(), m.rows);
+        }
+        if n == 0 || m.rows == 0 {
+            return Ok(());
+        }
+        if m.cols == 0 {
+            y.fill(0.0);
+            return Ok(());
+        }
+        let dot = dot_fn(isa, m.ty)?;
+
+        // Activations, quantized once per call into the partner format.
+        let owned;
+        let act: &[u8] = if activation_type(m.ty)? == GgmlType::F32 {
+            // SAFETY: f32 has no padding, any byte view of it is valid; u8 alignment is 1.
+            unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, x.len() * 4) }
+        } else {
+            owned = quantize_activations(m.ty, x)?;
+            &owned
+        };
+        let arb = act.len() / n;
+        let rb = m.row_bytes();
+
+        let threads = rayon::current_num_threads().max(1);
+        let total = rb * m.rows * n.min(ACT_BLOCK);
+        // Small jobs: rayon's fork/join would cost more than it saves.
+        if threads == 1 || total < 2 * MIN_TASK_BYTES {
+            m.rows_range(dot, act, arb, n, 0, m.rows, OutPtr(y.as_mut_ptr()));
+            return Ok(());
+        }
+        // Enough tasks to balance (4 per thread), each with enough work.
+        let per_row = rb * n.min(ACT_BLOCK);
+        let chunk = m.rows.div_ceil(4 * threads).max(MIN_TASK_BYTES.div_ceil(per_row)).max(1);
+        let out = OutPtr(y.as_mut_ptr());
+        let n_chunks = m.rows.div_ceil(chunk);
+        (0..n_chunks).into_par_iter().for_each(|c| {
+            let r0 = c * chunk;
+            let r1 = (r0 + chunk).min(m.rows);
+            m.rows_range(dot, act, arb, n, r0, r1, out);
+        });
+        Ok(())
+    }
+
+    /// Rows `r0..r1` for all `n` activation rows. For n > 1 the weight rows go in L1-sized
+    /// tiles and every activation row of a block passes over a tile before the next one is
+    /// loaded, so weights stream from memory once per block of activations.
+    #[allow(clippy::too_many_arguments)]
+    fn rows_range(&self, dot: super::DotFn, act: &[u8], arb: usize, n: usize, r0: usize, r1: usize, out: OutPtr) {
+        let rb = self.row_bytes();
+        let tile = (TILE_BYTES / rb.max(1)).clamp(1, 64);
+        let mut t0 = r0;
+        while t0 < r1 {
+            let t1 = (t0 + tile).min(r1);
+            let mut a0 = 0;
+            while a0 < n {
+                let a1 = (a0 + ACT_BLOCK).min(n);
+                for a in a0..a1 {
+                    let av = &act[a * arb..(a + 1) * arb];
+                    for r in t0..t1 {
+                        let v = dot(&self.data[r * rb..(r + 1) * rb], av);
+                        // SAFETY: a < n and r < rows, y has n*rows elements (checked), and
+                        // each (a, r) is written by exactly one task (disjoint row ranges).
+                        unsafe { *out.0.add(a * self.rows + r) = v };
+                    }
+                }
+                a0 = a1;
+            }
+            t0 = t1;
+        }
+    }
+}
