@@ -15,6 +15,7 @@
 //! trait methods used by new executors; nothing here changes shape.
 
 pub mod cpu;
+pub mod cuda;
 
 use std::sync::Arc;
 

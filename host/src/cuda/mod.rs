@@ -188,6 +188,19 @@ impl Gpu {
         self.stream.memcpy_dtod(&src.slice, &mut view).map_err(|e| anyhow!("device-to-device copy failed: {e:?}"))
     }
 
+    /// Copy `n` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
+    pub fn copy_range<T: DeviceRepr>(&self, src: &DBuf<T>, src_at: usize, dst: &DBuf<T>, dst_at: usize, n: usize) -> Result<()> {
+        if src_at + n > src.len() || dst_at + n > dst.len() {
+            bail!("copy_range out of bounds");
+        }
+        let bytes = n * std::mem::size_of::<T>();
+        // SAFETY: both ranges were bounds-checked above; the copy is ordered on our stream.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst.ptr_at(dst_at), src.ptr_at(src_at), bytes, self.stream.cu_stream())
+        }
+        .map_err(|e| anyhow!("device-to-device copy failed: {e:?}"))
+    }
+
     /// Milliseconds the device spent on the work `f` enqueues, measured with two events.
     pub fn time_ms(&self, f: impl FnOnce() -> Result<()>) -> Result<f32> {
         let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
