@@ -20,39 +20,61 @@ const WARP: usize = 32;
 const SLOTS: usize = 10;
 const DEADLOCK_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Grid and block shape of one launch, as a GPU launch would take it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchDims {
-    pub grid_x: u32,
-    pub grid_y: u32,
-    pub block: u32,
-    pub shared_bytes: u32,
+/// Grid and block shape of one launch: the very type the launch helpers compute, so a host
+/// launch takes `launch::matvec::<P>(..)` and friends as they are.
+pub use crate::kernels::launch::Dims as LaunchDims;
+
+/// Payload of a panic that only echoes another thread's failure; `launch` re-raises the root
+/// cause (the first other payload) instead of whichever thread happened to be joined first.
+struct EchoPanic;
+
+struct BarrierState {
+    arrived: usize,
+    generation: u64,
+    /// Where the first thread of this generation waits; a later arrival elsewhere means the
+    /// threads are not at the same barrier (e.g. some at `sync_threads`, the rest already at the
+    /// end of the block), which a count alone would let pass.
+    first: &'static str,
+    mixed: Option<&'static str>,
 }
 
 struct Barrier {
-    state: Mutex<(usize, u64)>,
+    state: Mutex<BarrierState>,
     cv: Condvar,
     n: usize,
+    timeout: Duration,
 }
 
 impl Barrier {
-    fn new(n: usize) -> Self {
-        Barrier { state: Mutex::new((0, 0)), cv: Condvar::new(), n }
+    fn new(n: usize, timeout: Duration) -> Self {
+        let state = BarrierState { arrived: 0, generation: 0, first: "", mixed: None };
+        Barrier { state: Mutex::new(state), cv: Condvar::new(), n, timeout }
     }
-    fn wait(&self, poisoned: &AtomicBool, what: &str) {
+    fn wait(&self, poisoned: &AtomicBool, what: &'static str) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = g.1;
-        g.0 += 1;
-        if g.0 == self.n {
-            g.0 = 0;
-            g.1 += 1;
+        let generation = g.generation;
+        if g.arrived == 0 {
+            g.first = what;
+        } else if g.first != what {
+            g.mixed = Some(what);
+        }
+        g.arrived += 1;
+        if g.arrived == self.n {
+            if let Some(other) = g.mixed {
+                let first = g.first;
+                drop(g);
+                // The waiters see `poisoned` (set when this panic leaves the kernel) and unwind.
+                panic!("host grid: deadlock: divergent barrier: threads of one block wait at `{first}` and at `{other}`");
+            }
+            g.arrived = 0;
+            g.generation += 1;
             self.cv.notify_all();
             return;
         }
-        let deadline = std::time::Instant::now() + DEADLOCK_TIMEOUT;
-        while g.1 == generation {
+        let deadline = std::time::Instant::now() + self.timeout;
+        while g.generation == generation {
             if poisoned.load(Ordering::Relaxed) {
-                panic!("host grid: another thread of the block panicked");
+                std::panic::panic_any(EchoPanic);
             }
             if std::time::Instant::now() > deadline {
                 panic!("host grid: deadlock in {what}: not every thread reached it (divergent barrier/shuffle)");
@@ -99,14 +121,20 @@ fn block() -> &'static Block {
 /// Run `kernel` over the grid. Each call of `kernel` is one GPU thread; it reads its indices
 /// through the device functions. Panics inside the kernel propagate to the caller.
 pub fn launch<F: Fn() + Sync>(dims: LaunchDims, kernel: F) {
+    launch_with_timeout(dims, DEADLOCK_TIMEOUT, kernel)
+}
+
+/// [`launch`] with a custom deadlock timeout: how long a thread waits at a barrier before it
+/// declares the barrier divergent (tests of the detection itself use a short one).
+pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, kernel: F) {
     assert!(dims.block >= 1 && dims.block <= 1024, "block size {} out of range", dims.block);
     assert!(dims.block as usize % WARP == 0, "host grid needs whole warps (block {})", dims.block);
     let warps = dims.block as usize / WARP;
     let words = (dims.shared_bytes as usize).div_ceil(16);
     let blk = Box::new(Block {
-        barrier: Barrier::new(dims.block as usize),
+        barrier: Barrier::new(dims.block as usize, timeout),
         warps: (0..warps)
-            .map(|_| Warp { barrier: Barrier::new(WARP), slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect() })
+            .map(|_| Warp { barrier: Barrier::new(WARP, timeout), slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect() })
             .collect(),
         // 0x7FC0_0001-style pattern per f32: a quiet NaN, also an absurd integer.
         smem: std::vec![0x7fc0_0bad_7fc0_0bad_7fc0_0bad_7fc0_0badu128; words],
@@ -139,10 +167,16 @@ pub fn launch<F: Fn() + Sync>(dims: LaunchDims, kernel: F) {
         let mut first_panic = None;
         for h in handles {
             if let Err(e) = h.join() {
-                first_panic.get_or_insert(e);
+                // Keep the first root cause; an echo only if nothing else panicked.
+                let echo = e.is::<EchoPanic>();
+                match &first_panic {
+                    Some((true, _)) if !echo => first_panic = Some((false, e)),
+                    None => first_panic = Some((echo, e)),
+                    _ => {}
+                }
             }
         }
-        if let Some(e) = first_panic {
+        if let Some((_, e)) = first_panic {
             std::panic::resume_unwind(e);
         }
     });
