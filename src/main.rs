@@ -1,3 +1,411 @@
-fn main() {
-    eprintln!("kiln: in progress");
+//! `kiln`: command-line front end over the host crate (generate, chat, info, tokenize).
+//!
+//! stdout carries only model output (streamed, flushed per piece); everything else (load
+//! messages, speed summaries, errors) goes to stderr. Errors are one line and a non-zero exit.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kiln_host::backend::Backend;
+use kiln_host::backend::cpu::Cpu;
+use kiln_host::chat::{ChatTemplate, Message};
+use kiln_host::engine::{Engine, GenParams, Generation};
+use kiln_host::gguf::GgufFile;
+use kiln_host::sampling::SamplerConfig;
+use kiln_host::tokenizer::Tokenizer;
+
+#[derive(Parser)]
+#[command(name = "kiln", version, about = "GGUF LLM inference (CPU now; CUDA next)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Complete a prompt (from -p or stdin); the completion streams to stdout.
+    Generate(GenerateArgs),
+    /// Interactive multi-turn chat with the model's template; one user turn per stdin line.
+    Chat(ChatArgs),
+    /// Print a model's architecture, shapes, quantization and tokenizer.
+    Info {
+        /// GGUF file.
+        file: PathBuf,
+    },
+    /// Tokenize stdin with the model's tokenizer.
+    Tokenize {
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Print only the ids, as `[1, 2, 3]`.
+        #[arg(long)]
+        ids: bool,
+        /// Prepend the BOS token.
+        #[arg(long)]
+        bos: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Device {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// GGUF model file.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Where to run: auto picks CUDA when available, else the CPU.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+    /// Context size (KV cache positions); default: the model's training context.
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx: Option<usize>,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    n: usize,
+    /// Temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Drop tokens below this fraction of the top probability (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Penalty on recently seen tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// RNG seed (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Keep going past end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Stop when the output contains this text (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Prompt text; read from stdin when absent.
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// Wrap the prompt as a user turn in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// System message (with --chat).
+    #[arg(long)]
+    system: Option<String>,
+    /// Print one JSON object (prompt, completion, token ids, timings) instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// System message.
+    #[arg(long)]
+    system: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kiln generate ... | head` closing the pipe early is not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Generate(a) => {
+            let device = a.model.device;
+            with_backend(device, |b| generate(b, &a))
+        }
+        Cmd::Chat(a) => {
+            let device = a.model.device;
+            with_backend(device, |b| chat(b, &a))
+        }
+        Cmd::Info { file } => info(&file),
+        Cmd::Tokenize { model, ids, bos } => tokenize(&model, ids, bos),
+    }
+}
+
+/// The one place a backend is chosen; everything after is generic over it.
+fn with_backend(device: Device, f: impl FnOnce(Cpu) -> Result<()>) -> Result<()> {
+    match device {
+        Device::Cuda => bail!("CUDA backend not available yet (use --device cpu)"),
+        Device::Auto | Device::Cpu => f(Cpu::new()),
+    }
+}
+
+fn load<B: Backend + 'static>(backend: B, m: &ModelArgs) -> Result<Engine<B>> {
+    ensure_file(&m.model)?;
+    let engine = Engine::load(backend, &m.model, m.ctx)
+        .with_context(|| format!("loading {}", m.model.display()))?;
+    let c = engine.model.config();
+    eprintln!(
+        "kiln: {} ({}, {} layers, {} embd) on {}",
+        m.model.display(),
+        c.arch,
+        c.n_layer,
+        c.n_embd,
+        engine.backend.name()
+    );
+    Ok(engine)
+}
+
+fn ensure_file(p: &Path) -> Result<()> {
+    if !p.is_file() {
+        bail!("model file {} not found (run scripts/fetch-model.sh?)", p.display());
+    }
+    Ok(())
+}
+
+fn params(s: &SampleArgs) -> GenParams {
+    let seed = s.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    GenParams {
+        max_tokens: s.n,
+        sampler: SamplerConfig {
+            temperature: s.temp,
+            top_k: s.top_k,
+            top_p: s.top_p,
+            min_p: s.min_p,
+            repeat_penalty: s.repeat_penalty,
+            seed,
+            ..SamplerConfig::default()
+        },
+        stop: s.stop.clone(),
+        ignore_eos: s.ignore_eos,
+    }
+}
+
+/// Tokens of `text` as a prompt: BOS per the model's default unless the text already starts
+/// with it (chat templates often spell it out).
+fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    let mut ids = tok.encode(text, false)?;
+    if tok.add_bos_default()
+        && let Some(bos) = tok.bos()
+        && ids.first() != Some(&bos)
+    {
+        ids.insert(0, bos);
+    }
+    Ok(ids)
+}
+
+fn template(engine: &Engine<impl Backend>) -> Result<&ChatTemplate> {
+    engine.template.as_ref().context("this model has no chat template (tokenizer.chat_template)")
+}
+
+fn summary(g: &Generation) {
+    let t = &g.timings;
+    eprintln!(
+        "\nkiln: prompt {} tokens ({} run) in {:.3}s = {:.1} t/s | generated {} tokens, {} decode steps in {:.3}s = {:.1} t/s | stop: {:?}",
+        t.prompt_tokens,
+        t.prefill_tokens,
+        t.prefill_s,
+        t.prefill_tps(),
+        g.tokens.len(),
+        t.decode_tokens,
+        t.decode_s,
+        t.decode_tps(),
+        g.stop
+    );
+}
+
+fn generate<B: Backend + 'static>(backend: B, a: &GenerateArgs) -> Result<()> {
+    let prompt = match &a.prompt {
+        Some(p) => p.clone(),
+        None => {
+            let mut s = String::new();
+            io::stdin().read_to_string(&mut s).context("reading the prompt from stdin")?;
+            s
+        }
+    };
+    let mut engine = load(backend, &a.model)?;
+    let text = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(sys) = &a.system {
+            msgs.push(Message::new("system", sys));
+        }
+        msgs.push(Message::new("user", &prompt));
+        template(&engine)?.render(&msgs, true)?
+    } else {
+        prompt.clone()
+    };
+    let ids = encode_prompt(&engine.tokenizer, &text)?;
+    let p = params(&a.sample);
+    let mut out = io::stdout().lock();
+    let g = if a.json {
+        engine.generate(&ids, &p, &mut |_| Ok(()))?
+    } else {
+        engine.generate(&ids, &p, &mut |piece| {
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+            Ok(())
+        })?
+    };
+    if a.json {
+        let j = serde_json::json!({
+            "prompt": text,
+            "completion": g.text,
+            "prompt_tokens": ids,
+            "tokens": g.tokens,
+            "stop": g.stop,
+            "timings": {
+                "prompt_tokens": g.timings.prompt_tokens,
+                "prefill_s": g.timings.prefill_s,
+                "prefill_tps": g.timings.prefill_tps(),
+                "decode_tokens": g.timings.decode_tokens,
+                "decode_s": g.timings.decode_s,
+                "decode_tps": g.timings.decode_tps(),
+            },
+        });
+        writeln!(out, "{j}")?;
+    } else {
+        writeln!(out)?;
+    }
+    out.flush()?;
+    summary(&g);
+    Ok(())
+}
+
+fn chat<B: Backend + 'static>(backend: B, a: &ChatArgs) -> Result<()> {
+    let mut engine = load(backend, &a.model)?;
+    template(&engine)?;
+    let interactive = io::stdin().is_terminal();
+    if interactive {
+        eprintln!("kiln: chat; one message per line, Ctrl-D to quit");
+    }
+    let mut msgs = Vec::new();
+    if let Some(sys) = &a.system {
+        msgs.push(Message::new("system", sys));
+    }
+    let mut p = params(&a.sample);
+    let mut out = io::stdout().lock();
+    let mut lines = io::stdin().lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.context("reading stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        msgs.push(Message::new("user", line.trim()));
+        let text = template(&engine)?.render(&msgs, true)?;
+        let ids = encode_prompt(&engine.tokenizer, &text)?;
+        let g = engine.generate(&ids, &p, &mut |piece| {
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+            Ok(())
+        })?;
+        writeln!(out)?;
+        out.flush()?;
+        if interactive {
+            summary(&g);
+        }
+        msgs.push(Message::new("assistant", g.text.trim()));
+        p.sampler.seed = p.sampler.seed.wrapping_add(1);
+    }
+    Ok(())
+}
+
+fn info(path: &Path) -> Result<()> {
+    ensure_file(path)?;
+    let f = GgufFile::open(path)?;
+    let size = std::fs::metadata(path)?.len();
+    let arch = f.get_str("general.architecture").unwrap_or("(none)");
+    let u = |k: &str| f.get_u32(&format!("{arch}.{k}")).map_or("-".to_string(), |v| v.to_string());
+    let fl = |k: &str| f.get_f32(&format!("{arch}.{k}")).map_or("-".to_string(), |v| v.to_string());
+    let mut o = io::stdout().lock();
+    writeln!(o, "file:           {} ({:.1} MiB, GGUF v{})", path.display(), size as f64 / (1 << 20) as f64, f.version())?;
+    writeln!(o, "architecture:   {arch}")?;
+    if let Ok(name) = f.get_str("general.name") {
+        writeln!(o, "name:           {name}")?;
+    }
+    writeln!(o, "layers:         {}", u("block_count"))?;
+    writeln!(o, "embedding:      {}", u("embedding_length"))?;
+    writeln!(o, "feed-forward:   {}", u("feed_forward_length"))?;
+    writeln!(o, "heads:          {} (kv {})", u("attention.head_count"), u("attention.head_count_kv"))?;
+    writeln!(o, "head dim:       {}", u("attention.key_length"))?;
+    writeln!(o, "context:        {}", u("context_length"))?;
+    writeln!(o, "rope base:      {}", fl("rope.freq_base"))?;
+    writeln!(o, "rms eps:        {}", fl("attention.layer_norm_rms_epsilon"))?;
+    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut params = 0u64;
+    for t in f.tensors() {
+        *types.entry(t.ggml_type.name()).or_default() += 1;
+        params += t.dims.iter().product::<u64>();
+    }
+    let types: Vec<String> = types.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    writeln!(o, "tensors:        {} ({}), {:.1}M parameters", f.tensors().len(), types.join(", "), params as f64 / 1e6)?;
+    let tok_model = f.get_str("tokenizer.ggml.model").unwrap_or("-");
+    let pre = f.get_str("tokenizer.ggml.pre").unwrap_or("-");
+    let vocab = f.get_str_array("tokenizer.ggml.tokens").map_or(0, |t| t.len());
+    writeln!(o, "tokenizer:      {tok_model} (pre {pre}), {vocab} tokens")?;
+    writeln!(o, "chat template:  {}", if f.get_str("tokenizer.chat_template").is_ok() { "yes" } else { "no" })?;
+    let supported = kiln_host::models::SUPPORTED.contains(&arch);
+    writeln!(o, "supported:      {}", if supported { "yes" } else { "no (kiln runs llama, qwen3)" })?;
+    Ok(())
+}
+
+fn tokenize(model: &Path, ids_only: bool, bos: bool) -> Result<()> {
+    ensure_file(model)?;
+    let f = GgufFile::open(model)?;
+    let tok = Tokenizer::from_gguf(&f)?;
+    let mut text = String::new();
+    io::stdin().read_to_string(&mut text).context("reading stdin")?;
+    let ids = tok.encode(&text, bos)?;
+    let mut o = io::stdout().lock();
+    if ids_only {
+        let s: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+        writeln!(o, "[{}]", s.join(", "))?;
+    } else {
+        for &id in &ids {
+            writeln!(o, "{id:6} -> {:?}", tok.decode(&[id]))?;
+        }
+    }
+    Ok(())
 }

@@ -253,39 +253,48 @@ fn rel_err(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
     diff / scale
 }
 
-fn check_against_reference(s: Synth, bound: f64) {
+/// Normalized mean squared error: sum (a - b)^2 / sum b^2.
+fn nmse(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
+    let num: f64 = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
+    num / b.iter().flatten().map(|y| y * y).sum::<f64>()
+}
+
+/// `bound` applies to the max relative error; `nmse_bound` to the NMSE.
+fn check_against_reference(s: Synth, bound: f64, nmse_bound: f64) {
     let (file, weights) = build(&s);
     let model = models::load(&Cpu::new(), &file, &mut |_, _| {}).unwrap();
     let got = kiln_all(model.as_ref(), &TOKENS);
     let want = reference(&s, &weights, &TOKENS);
     assert_eq!(got.len(), want.len());
-    let err = rel_err(&got, &want);
-    eprintln!("{} {:?}: rel err {err:.2e}", s.arch, s.ty);
+    let (err, nmse) = (rel_err(&got, &want), nmse(&got, &want));
+    eprintln!("{} {:?}: max rel err {err:.2e}, nmse {nmse:.2e}", s.arch, s.ty);
     assert!(err < bound, "{} {:?}: rel err {err:e} >= {bound:e}", s.arch, s.ty);
+    assert!(nmse < nmse_bound, "{} {:?}: nmse {nmse:e} >= {nmse_bound:e}", s.arch, s.ty);
 }
 
 #[test]
 fn llama_f32_matches_f64_reference() {
-    check_against_reference(LLAMA, 1e-3);
+    check_against_reference(LLAMA, 1e-3, 1e-8);
 }
 
 #[test]
 fn qwen3_f32_matches_f64_reference() {
-    check_against_reference(QWEN3, 1e-3);
+    check_against_reference(QWEN3, 1e-3, 1e-8);
 }
 
 #[test]
 fn llama_f16_matches_f64_reference() {
-    check_against_reference(Synth { ty: GgmlType::F16, ..LLAMA }, 1e-3);
+    check_against_reference(Synth { ty: GgmlType::F16, ..LLAMA }, 1e-3, 1e-8);
 }
 
 /// Quantized weights: the reference uses the same dequantized weights, so the remaining error
-/// is the Q8 quantization of activations inside the mat-vecs.
+/// is the 8-bit quantization of activations inside each mat-vec (about 3e-3 relative per
+/// mat-vec), compounded over two random (so poorly conditioned) layers.
 #[test]
-fn llama_q8_0_and_q4_1_match_f64_reference_within_activation_quantization() {
-    check_against_reference(Synth { ty: GgmlType::Q8_0, ..LLAMA }, 3e-2);
-    check_against_reference(Synth { ty: GgmlType::Q4_1, ..LLAMA }, 3e-2);
-    check_against_reference(Synth { ty: GgmlType::Q4_0, ..QWEN3 }, 3e-2);
+fn quantized_weights_match_f64_reference_within_activation_quantization() {
+    check_against_reference(Synth { ty: GgmlType::Q8_0, ..LLAMA }, 6e-2, 1e-3);
+    check_against_reference(Synth { ty: GgmlType::Q4_1, ..LLAMA }, 6e-2, 1e-3);
+    check_against_reference(Synth { ty: GgmlType::Q4_0, ..QWEN3 }, 6e-2, 1e-3);
 }
 
 /// Prefilling a prefix and decoding the rest one token at a time must give the logits that one

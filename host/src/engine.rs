@@ -1,0 +1,246 @@
+//! Generation: load a GGUF model onto a backend, prefill a prompt in one batched forward pass,
+//! then decode token by token, streaming text through a callback.
+//!
+//! The engine remembers which tokens its KV cache holds, so a follow-up prompt that extends the
+//! previous one (a chat's next turn) only prefills the new suffix.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+
+use crate::backend::Backend;
+use crate::chat::ChatTemplate;
+use crate::gguf::GgufFile;
+use crate::models::{self, Logits, Model};
+use crate::sampling::{Sampler, SamplerConfig, StopStrings};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Longest prompt chunk per forward pass: bounds activation memory on long prompts.
+const PREFILL_CHUNK: usize = 512;
+/// Files above this size get a load progress bar (small ones load too fast to watch).
+const PROGRESS_MIN_BYTES: u64 = 256 << 20;
+/// KV cache positions allocated the first time; it doubles (up to the model's context) as needed.
+const INITIAL_CTX: usize = 1024;
+
+pub struct Engine<B: Backend> {
+    pub backend: B,
+    pub file: Arc<GgufFile>,
+    pub model: Box<dyn Model<B>>,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    /// Most positions the cache may grow to: the model's training context, or the user's limit.
+    pub max_ctx: usize,
+    cache: Option<(B::KvCache, usize)>,
+    /// Tokens whose keys/values are in the cache, position `i` at index `i`.
+    cached: Vec<u32>,
+}
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Eos,
+    StopString,
+    MaxTokens,
+    ContextFull,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Timings {
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually run (the rest were already in the KV cache).
+    pub prefill_tokens: usize,
+    pub prefill_s: f64,
+    /// Forward passes after the prefill (each produces one token).
+    pub decode_tokens: usize,
+    pub decode_s: f64,
+}
+
+impl Timings {
+    pub fn prefill_tps(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill_s)
+    }
+    pub fn decode_tps(&self) -> f64 {
+        rate(self.decode_tokens, self.decode_s)
+    }
+}
+
+fn rate(n: usize, s: f64) -> f64 {
+    if s > 0.0 { n as f64 / s } else { 0.0 }
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub stop: StopReason,
+    pub timings: Timings,
+}
+
+impl<B: Backend + 'static> Engine<B> {
+    /// Opens and maps the file, loads the executor for its architecture and its tokenizer.
+    /// `max_ctx` caps the KV cache (default: the model's training context).
+    pub fn load(backend: B, path: &Path, max_ctx: Option<usize>) -> Result<Self> {
+        let file = Arc::new(GgufFile::open(path)?);
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let bar = if size >= PROGRESS_MIN_BYTES {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("loading {bar:40} {pos}/{len} blocks {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Some(bar)
+        } else {
+            None
+        };
+        let mut progress = |done: usize, total: usize| {
+            if let Some(bar) = &bar {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            }
+        };
+        let model = models::load(&backend, &file, &mut progress)?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let tokenizer = Tokenizer::from_gguf(&file).context("loading the tokenizer")?;
+        let template = ChatTemplate::from_gguf(&file).context("loading the chat template")?;
+        let train = model.config().n_ctx_train.max(1);
+        let max_ctx = max_ctx.unwrap_or(train).clamp(1, train);
+        Ok(Engine { backend, file, model, tokenizer, template, max_ctx, cache: None, cached: Vec::new() })
+    }
+
+    /// Forgets the KV cache contents (the next prompt is prefilled in full).
+    pub fn reset(&mut self) {
+        self.cached.clear();
+    }
+
+    /// Makes the cache hold at least `need` positions, growing it (and forgetting its contents)
+    /// if it is smaller.
+    fn ensure_cache(&mut self, need: usize) -> Result<()> {
+        ensure!(
+            need <= self.max_ctx,
+            "prompt and generation need {need} positions, more than the {}-token context",
+            self.max_ctx
+        );
+        if self.cache.as_ref().is_some_and(|(_, size)| *size >= need) {
+            return Ok(());
+        }
+        let mut size = INITIAL_CTX.min(self.max_ctx);
+        while size < need {
+            size = (size * 2).min(self.max_ctx);
+        }
+        self.cache = None; // free the old one first
+        let spec = self.model.config().kv_spec(size);
+        self.cache = Some((self.backend.kv_cache(&spec)?, size));
+        self.cached.clear();
+        Ok(())
+    }
+
+
+    /// Generates a continuation of `prompt`, calling `on_text` with each new piece of text as soon
+    /// as it is final (stop strings are held back until they can no longer match).
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        on_text: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<Generation> {
+        ensure!(!prompt.is_empty(), "the prompt is empty (no tokens)");
+        let want = (prompt.len() + params.max_tokens).min(self.max_ctx);
+        self.ensure_cache(want.max(prompt.len()))?;
+
+        // Reuse the cached prefix; always run at least one token to get fresh logits.
+        let mut reuse = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        reuse = reuse.min(prompt.len() - 1);
+        self.cached.truncate(reuse);
+
+        let mut timings = Timings { prompt_tokens: prompt.len(), ..Timings::default() };
+        let start = Instant::now();
+        let mut logits = None;
+        for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
+            logits = Some(forward(&*self.model, &self.backend, &mut self.cache, chunk, self.cached.len())?);
+            self.cached.extend_from_slice(chunk);
+        }
+        let mut logits = logits.context("nothing to prefill")?;
+        timings.prefill_tokens = prompt.len() - reuse;
+
+        let mut sampler = Sampler::new(params.sampler.clone());
+        let mut stops = StopStrings::new(params.stop.iter().cloned());
+        let tokenizer = &self.tokenizer;
+        let mut decoder = StreamDecoder::new(tokenizer);
+        let mut history: Vec<u32> = prompt.to_vec();
+        let mut out = Generation { tokens: Vec::new(), text: String::new(), stop: StopReason::MaxTokens, timings };
+        let mut decode_time = Duration::ZERO;
+        let mut first = true;
+        loop {
+            if first {
+                out.timings.prefill_s = start.elapsed().as_secs_f64();
+                first = false;
+            }
+            let mut host = self.backend.read(&logits)?;
+            let tok = sampler.sample(&mut host, &history);
+            if !params.ignore_eos && tokenizer.is_eot(tok) {
+                out.stop = StopReason::Eos;
+                break;
+            }
+            out.tokens.push(tok);
+            history.push(tok);
+            let piece = stops.push(&decoder.push(tok));
+            if !piece.emit.is_empty() {
+                out.text.push_str(&piece.emit);
+                on_text(&piece.emit)?;
+            }
+            if piece.stopped.is_some() {
+                out.stop = StopReason::StopString;
+                break;
+            }
+            if out.tokens.len() >= params.max_tokens {
+                break;
+            }
+            // The cache was sized for prompt + max_tokens (capped by the context) up front.
+            let pos = self.cached.len();
+            if pos + 1 > self.cache.as_ref().map_or(0, |c| c.1) {
+                out.stop = StopReason::ContextFull;
+                break;
+            }
+            let t = Instant::now();
+            logits = forward(&*self.model, &self.backend, &mut self.cache, &[tok], pos)?;
+            self.cached.push(tok);
+            decode_time += t.elapsed();
+            out.timings.decode_tokens += 1;
+        }
+        // Text held back for a stop string that never completed is part of the output.
+        let tail = stops.push(&decoder.finish()).emit;
+        let rest = tail + &stops.finish();
+        if !rest.is_empty() && out.stop != StopReason::StopString {
+            out.text.push_str(&rest);
+            on_text(&rest)?;
+        }
+        out.timings.decode_s = decode_time.as_secs_f64();
+        Ok(out)
+    }
+}
+
+/// Runs `tokens` at positions `pos..` and returns the last position's logits on the device.
+/// A free function so the caller can keep borrowing the tokenizer meanwhile.
+fn forward<B: Backend>(
+    model: &dyn Model<B>,
+    backend: &B,
+    cache: &mut Option<(B::KvCache, usize)>,
+    tokens: &[u32],
+    pos: usize,
+) -> Result<B::Tensor> {
+    let (cache, _) = cache.as_mut().context("KV cache not allocated")?;
+    model.forward(backend, cache, tokens, pos, Logits::Last)
+}
