@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kiln_host::backend::Backend;
 use kiln_host::backend::cpu::Cpu;
+use kiln_host::backend::cuda::Cuda;
 use kiln_host::chat::{ChatTemplate, Message};
 use kiln_host::engine::{Engine, GenParams, Generation};
 use kiln_host::gguf::GgufFile;
@@ -19,7 +20,7 @@ use kiln_host::sampling::SamplerConfig;
 use kiln_host::tokenizer::Tokenizer;
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "GGUF LLM inference (CPU now; CUDA next)")]
+#[command(name = "kiln", version, about = "GGUF LLM inference on the CPU or an NVIDIA GPU (kernels written in Rust)")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -156,24 +157,38 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Generate(a) => {
-            let device = a.model.device;
-            with_backend(device, |b| generate(b, &a))
-        }
-        Cmd::Chat(a) => {
-            let device = a.model.device;
-            with_backend(device, |b| chat(b, &a))
-        }
+        Cmd::Generate(a) => match pick_backend(a.model.device)? {
+            Picked::Cpu(b) => generate(b, &a),
+            Picked::Cuda(b) => generate(b, &a),
+        },
+        Cmd::Chat(a) => match pick_backend(a.model.device)? {
+            Picked::Cpu(b) => chat(b, &a),
+            Picked::Cuda(b) => chat(b, &a),
+        },
         Cmd::Info { file } => info(&file),
         Cmd::Tokenize { model, ids, bos } => tokenize(&model, ids, bos),
     }
 }
 
-/// The one place a backend is chosen; everything after is generic over it.
-fn with_backend(device: Device, f: impl FnOnce(Cpu) -> Result<()>) -> Result<()> {
+enum Picked {
+    Cpu(Cpu),
+    Cuda(Cuda),
+}
+
+/// The one place a backend is chosen; everything after is generic over it. `auto` takes the
+/// GPU when a driver and a device are there, and says why on stderr when it falls back.
+fn pick_backend(device: Device) -> Result<Picked> {
     match device {
-        Device::Cuda => bail!("CUDA backend not available yet (use --device cpu)"),
-        Device::Auto | Device::Cpu => f(Cpu::new()),
+        Device::Cpu => Ok(Picked::Cpu(Cpu::new())),
+        Device::Cuda => Ok(Picked::Cuda(Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda")?)),
+        Device::Auto if !kiln_host::cuda::driver_present() => Ok(Picked::Cpu(Cpu::new())),
+        Device::Auto => match Cuda::new(kiln::PTX_MODULES, 0) {
+            Ok(c) => Ok(Picked::Cuda(c)),
+            Err(e) => {
+                eprintln!("kiln: no usable GPU ({e:#}); running on the CPU");
+                Ok(Picked::Cpu(Cpu::new()))
+            }
+        },
     }
 }
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-session.sh needs into .gpu/ (ignored by git): stripped release
+# binaries of kiln, xtask and the kernel test suites, the commit id, and optionally one half of
+# the SmolLM2 model (the device tool carries at most 64 MiB per call): `gpu-pack.sh [a|b]`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+rm -rf .gpu && mkdir -p .gpu/tests
+cargo build --release -p kiln -p xtask
+cargo test --release --no-run --test 'kernels_*' 2>&1 | sed -n 's/.*Executable .*(\(.*\))/\1/p' > /tmp/kiln-test-bins
+while read -r b; do cp "$b" .gpu/tests/; done < /tmp/kiln-test-bins
+cp target/release/kiln target/release/xtask .gpu/
+strip .gpu/kiln .gpu/xtask .gpu/tests/* 2>/dev/null || true
+git rev-parse --short HEAD > .gpu/COMMIT
+M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+case "${1:-}" in
+  a) head -c 50000000 "$M" > .gpu/model.part_a ;;
+  b) tail -c +50000001 "$M" > .gpu/model.part_b ;;
+esac
+du -sh .gpu

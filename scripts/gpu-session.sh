@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the `device` tool), from binaries built on the dev machine and
+# carried in .gpu/ (see scripts/gpu-pack.sh). Steps, selected by arguments:
+#   tests   kernel property tests on the GPU (the gpu_* tests of each tests/kernels_* binary)
+#   bench   cargo xtask bench kernels -> $OUT/bench_kernels.{json,md}
+#   model   CUDA vs CPU greedy generation on SmolLM2 (model reassembled from parts in .gpu/)
+set -uo pipefail
+G=.gpu
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT"
+COMMIT=$(cat $G/COMMIT 2>/dev/null || echo unknown)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/smi.txt"
+echo "commit $COMMIT"
+
+for step in "$@"; do
+  case "$step" in
+    tests)
+      echo "== GPU kernel tests"
+      for t in $G/tests/*; do
+        echo "-- $(basename "$t")"
+        "$t" gpu_ --test-threads=1 2>&1 | grep -E "test |SKIP|panicked|error|result" | head -40
+      done 2>&1 | tee "$OUT/gpu_tests.log"
+      ;;
+    bench)
+      echo "== bench kernels"
+      KILN_COMMIT=$COMMIT $G/xtask bench kernels --json "$OUT/bench_kernels.json" 2>&1 | tee "$OUT/bench_kernels.md"
+      ;;
+    model)
+      echo "== SmolLM2 CUDA vs CPU"
+      M=/tmp/smollm2.gguf
+      [ -f /tmp/smollm2.part_a ] || cp $G/model.part_a /tmp/smollm2.part_a 2>/dev/null
+      if [ -f $G/model.part_b ]; then cat /tmp/smollm2.part_a $G/model.part_b > $M; fi
+      sha256sum $M | tee "$OUT/model_sha.txt"
+      for p in "The capital of France is" "def fibonacci(n):" "Once upon a time, in a small village," "The three primary colors are"; do
+        for d in cpu cuda; do
+          $G/kiln generate -m $M -p "$p" -n 32 --temp 0 --device $d --json > "$OUT/gen_$d.json" 2> "$OUT/gen_$d.err" || { echo "$d failed:"; cat "$OUT/gen_$d.err"; }
+        done
+        python3 - "$OUT/gen_cpu.json" "$OUT/gen_cuda.json" "$p" <<'PY' | tee -a "$OUT/agreement.txt"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+def ids(j):
+    for k in ("tokens", "token_ids", "ids", "completion_ids"):
+        if k in j: return j[k]
+    return None
+ia, ib = ids(a), ids(b)
+print(f"prompt {sys.argv[3]!r}: cpu==cuda {ia == ib}  ({len(ia or [])} tokens)")
+print("  cpu :", repr(a.get("completion"))[:200])
+print("  cuda:", repr(b.get("completion"))[:200])
+print("  timings cpu:", a.get("timings"), " cuda:", b.get("timings"))
+PY
+      done
+      tail -2 "$OUT/gen_cuda.err"
+      ;;
+    cached-part)
+      cp $G/model.part_a /tmp/smollm2.part_a && echo "part a cached"
+      ;;
+  esac
+done
