@@ -1,6 +1,9 @@
 //! `cargo xtask`: the project's own tools. `bench kernels` measures the GPU kernels against
 //! the device's copy bandwidth; `gen-model` writes synthetic GGUF files.
 mod bench_kernels;
+mod gen_model;
+mod presets;
+mod vocab;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -19,6 +22,8 @@ enum Cmd {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Write a synthetic GGUF model (real shapes, random weights, embedded BPE vocabulary).
+    GenModel(gen_model::Args),
 }
 
 #[derive(Subcommand)]
@@ -31,6 +36,7 @@ fn main() {
     let cli = Cli::parse();
     let r: Result<()> = match cli.cmd {
         Cmd::Bench { what: BenchWhat::Kernels(a) } => bench_kernels::run(a),
+        Cmd::GenModel(a) => gen_model::run(a),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");
