@@ -124,7 +124,7 @@ fn reference(ty: GgmlType, w: &[u8], act: &[u8], cols: usize) -> (f64, f64) {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2].into_iter().filter(|i| i.available()).collect()
+    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni].into_iter().filter(|i| i.available()).collect()
 }
 
 fn check_close(got: f32, want: f64, mag: f64, what: &str) -> Result<(), TestCaseError> {

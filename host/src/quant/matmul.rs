@@ -1,6 +1,6 @@
 //! [`QMatrix`]: a quantized weight matrix borrowed from a GGUF map, times f32 activations.
 
-use super::{GgmlType, Isa, activation_type, dot_fn, quantize_activations};
+use super::{DotFn, Dot4Fn, GgmlType, Isa, activation_type, kernel, quantize_activations};
 use anyhow::{Result, bail};
 use rayon::prelude::*;
 
@@ -76,7 +76,7 @@ impl<'a> QMatrix<'a> {
             y.fill(0.0);
             return Ok(());
         }
-        let dot = dot_fn(isa, m.ty)?;
+        let k = kernel(isa, m.ty)?;
 
         // Activations, quantized once per call into the partner format.
         let owned;
@@ -94,7 +94,7 @@ impl<'a> QMatrix<'a> {
         let total = rb * m.rows * n.min(ACT_BLOCK);
         // Small jobs: rayon's fork/join would cost more than it saves.
         if threads == 1 || total < 2 * MIN_TASK_BYTES {
-            m.rows_range(dot, act, arb, n, 0, m.rows, OutPtr(y.as_mut_ptr()));
+            m.rows_range(k, act, arb, n, 0, m.rows, OutPtr(y.as_mut_ptr()));
             return Ok(());
         }
         // Enough tasks to balance (4 per thread), each with enough work.
@@ -105,7 +105,7 @@ impl<'a> QMatrix<'a> {
         (0..n_chunks).into_par_iter().for_each(|c| {
             let r0 = c * chunk;
             let r1 = (r0 + chunk).min(m.rows);
-            m.rows_range(dot, act, arb, n, r0, r1, out);
+            m.rows_range(k, act, arb, n, r0, r1, out);
         });
         Ok(())
     }
@@ -114,9 +114,10 @@ impl<'a> QMatrix<'a> {
     /// tiles and every activation row of a block passes over a tile before the next one is
     /// loaded, so weights stream from memory once per block of activations.
     #[allow(clippy::too_many_arguments)]
-    fn rows_range(&self, dot: super::DotFn, act: &[u8], arb: usize, n: usize, r0: usize, r1: usize, out: OutPtr) {
+    fn rows_range(&self, (dot, dot4): (DotFn, Option<Dot4Fn>), act: &[u8], arb: usize, n: usize, r0: usize, r1: usize, out: OutPtr) {
         let rb = self.row_bytes();
-        let tile = (TILE_BYTES / rb.max(1)).clamp(1, 64);
+        // Decode (n = 1) streams each row once anyway: no tiling.
+        let tile = if n == 1 { r1 - r0 } else { (TILE_BYTES / rb.max(1)).clamp(4, 64) & !3 };
         let mut t0 = r0;
         while t0 < r1 {
             let t1 = (t0 + tile).min(r1);
@@ -125,7 +126,18 @@ impl<'a> QMatrix<'a> {
                 let a1 = (a0 + ACT_BLOCK).min(n);
                 for a in a0..a1 {
                     let av = &act[a * arb..(a + 1) * arb];
-                    for r in t0..t1 {
+                    let mut r = t0;
+                    if let Some(dot4) = dot4 {
+                        while r + 4 <= t1 {
+                            let v = dot4(&self.data[r * rb..(r + 4) * rb], rb, av);
+                            for (k, v) in v.into_iter().enumerate() {
+                                // SAFETY: as below.
+                                unsafe { *out.0.add(a * self.rows + r + k) = v };
+                            }
+                            r += 4;
+                        }
+                    }
+                    for r in r..t1 {
                         let v = dot(&self.data[r * rb..(r + 1) * rb], av);
                         // SAFETY: a < n and r < rows, y has n*rows elements (checked), and
                         // each (a, r) is written by exactly one task (disjoint row ranges).

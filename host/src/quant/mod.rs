@@ -7,8 +7,9 @@
 //! for the K-quants, plain f32 for F32/F16/BF16; the inner loops then run on integers.
 //! Block layouts live in [`kernels_gpu::quant`], shared with the GPU kernels.
 //!
-//! Every kernel has a portable scalar version and, on x86-64, an AVX2+FMA(+F16C) one chosen
-//! once at run time ([`Isa::detect`]); tests hold the two against each other.
+//! Every kernel has a portable scalar version and, on x86-64, an AVX2+FMA(+F16C) one (with an
+//! AVX-VNNI variant for the 32-element formats) chosen once at run time ([`Isa::detect`]);
+//! tests hold them against each other.
 
 mod float;
 mod kquants;
@@ -34,13 +35,17 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// AVX2 plus AVX-VNNI (`vpdpbusd`, one instruction for the u8×i8→i32 dot step).
+    AvxVnni,
 }
 
 impl Isa {
     /// The fastest ISA this CPU supports; detected once, then cached.
     pub fn detect() -> Isa {
         static CACHE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *CACHE.get_or_init(|| if Isa::Avx2.available() { Isa::Avx2 } else { Isa::Scalar })
+        *CACHE.get_or_init(|| {
+            [Isa::AvxVnni, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
+        })
     }
 
     /// Whether this CPU can run kernels of this ISA.
@@ -53,8 +58,10 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2.available() && is_x86_feature_detected!("avxvnni"),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => false,
+            Isa::Avx2 | Isa::AvxVnni => false,
         }
     }
 }
@@ -138,37 +145,49 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
 /// reads as many blocks as both slices hold, so a short slice cannot make it read out of bounds).
 pub(crate) type DotFn = fn(&[u8], &[u8]) -> f32;
 
-/// The kernel for weight type `ty` on `isa` (falls back to scalar if `isa` is unavailable).
-pub(crate) fn dot_fn(isa: Isa, ty: GgmlType) -> Result<DotFn> {
+/// Four consecutive weight rows (`row_bytes` apart, starting at the slice) × one activation row:
+/// activation loads and block sums are shared across the rows.
+pub(crate) type Dot4Fn = fn(&[u8], usize, &[u8]) -> [f32; 4];
+
+/// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here).
+pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> Result<(DotFn, Option<Dot4Fn>)> {
     use GgmlType::*;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && Isa::Avx2.available() {
+    if isa != Isa::Scalar && isa.available() {
+        let vnni = isa == Isa::AvxVnni;
+        let legacy = |f| {
+            let (one, four) = legacy_avx2::kernels(f, vnni);
+            (one, Some(four))
+        };
         return Ok(match ty {
-            F32 => float_avx2::dot_f32,
-            F16 => float_avx2::dot_f16,
-            BF16 => float_avx2::dot_bf16,
-            Q4_0 => legacy_avx2::dot_q4_0_q8_0,
-            Q4_1 => legacy_avx2::dot_q4_1_q8_1,
-            Q8_0 => legacy_avx2::dot_q8_0_q8_0,
-            Q4_K => kquants_avx2::dot_q4_k_q8_k,
-            Q5_K => kquants_avx2::dot_q5_k_q8_k,
-            Q6_K => kquants_avx2::dot_q6_k_q8_k,
+            F32 => (float_avx2::dot_f32 as DotFn, None),
+            F16 => (float_avx2::dot_f16, None),
+            BF16 => (float_avx2::dot_bf16, None),
+            Q4_0 => legacy(legacy_avx2::Q4_0),
+            Q4_1 => legacy(legacy_avx2::Q4_1),
+            Q8_0 => legacy(legacy_avx2::Q8_0),
+            Q4_K => (kquants_avx2::dot_q4_k_q8_k, None),
+            Q5_K => (kquants_avx2::dot_q5_k_q8_k, None),
+            Q6_K => (kquants_avx2::dot_q6_k_q8_k, None),
             _ => bail!("no CPU dot product for weight type {}", ty.name()),
         });
     }
     let _ = isa;
-    Ok(match ty {
-        F32 => float::dot_f32,
-        F16 => float::dot_f16,
-        BF16 => float::dot_bf16,
-        Q4_0 => legacy::dot_q4_0_q8_0,
-        Q4_1 => legacy::dot_q4_1_q8_1,
-        Q8_0 => legacy::dot_q8_0_q8_0,
-        Q4_K => kquants::dot_q4_k_q8_k,
-        Q5_K => kquants::dot_q5_k_q8_k,
-        Q6_K => kquants::dot_q6_k_q8_k,
-        _ => bail!("no CPU dot product for weight type {}", ty.name()),
-    })
+    Ok((
+        match ty {
+            F32 => float::dot_f32,
+            F16 => float::dot_f16,
+            BF16 => float::dot_bf16,
+            Q4_0 => legacy::dot_q4_0_q8_0,
+            Q4_1 => legacy::dot_q4_1_q8_1,
+            Q8_0 => legacy::dot_q8_0_q8_0,
+            Q4_K => kquants::dot_q4_k_q8_k,
+            Q5_K => kquants::dot_q5_k_q8_k,
+            Q6_K => kquants::dot_q6_k_q8_k,
+            _ => bail!("no CPU dot product for weight type {}", ty.name()),
+        },
+        None,
+    ))
 }
 
 /// Dot product of one weight row (`w`, type `ty`) with an activation row already in the partner
@@ -179,7 +198,7 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
 
 /// [`vec_dot`] on a chosen ISA (tests compare scalar against AVX2).
 pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
-    let f = dot_fn(isa, ty)?;
+    let (f, _) = kernel(isa, ty)?;
     let (wqk, wbs) = ty.block();
     let at = activation_type(ty)?;
     let (aqk, abs) = at.block();
