@@ -1,6 +1,9 @@
 //! Tokenizer parity with llama.cpp: the fixtures under `fixtures/tokenizer/` hold the ids
 //! `llama-tokenize` produced for a varied corpus (see `gen_fixture.py` there).
 //!
+//! `*_random.json` hold 300 seeded random mixtures of words, digits, whitespace runs, scripts,
+//! emoji and special tokens (`gen_fixture.py --random 300`).
+//!
 //! - `smollm2.json`: SmolLM2-135M-Instruct (needs `models/SmolLM2-135M-Instruct.Q4_1.gguf`,
 //!   skipped visibly when absent).
 //! - `qwen3.json`: the real Qwen3 tokenizer (`qwen3/tokenizer.json`), turned into a vocab-only
@@ -76,6 +79,7 @@ fn smollm2_matches_llama_cpp() {
     assert_eq!(tok.encode("<|im_start|>", false).unwrap(), vec![1]);
     assert_eq!(tok.encode("hi", true).unwrap()[0], 1);
     check_parity(&tok, "smollm2.json");
+    check_parity(&tok, "smollm2_random.json");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,6 +183,7 @@ fn qwen3_matches_llama_cpp() {
     assert_eq!(tok.encode("<|im_start|>", false).unwrap(), vec![151644]);
     assert_eq!(tok.encode("<think>", false).unwrap(), vec![151667]);
     check_parity(&tok, "qwen3.json");
+    check_parity(&tok, "qwen3_random.json");
 }
 
 #[test]
