@@ -4,9 +4,9 @@
 
 pub mod backend;
 pub mod chat;
-pub mod engine;
 pub mod gguf;
 pub mod models;
 pub mod quant;
+pub mod reference;
 pub mod sampling;
 pub mod tokenizer;

@@ -10,8 +10,9 @@
 //! undefined behaviour on the GPU) panics after a timeout instead of hanging the test suite.
 use std::boxed::Box;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::thread::Thread;
 use std::time::Duration;
 use std::vec::Vec;
 
@@ -28,58 +29,84 @@ pub use crate::kernels::launch::Dims as LaunchDims;
 /// cause (the first other payload) instead of whichever thread happened to be joined first.
 struct EchoPanic;
 
-struct BarrierState {
-    arrived: usize,
-    generation: u64,
-    /// Where the first thread of this generation waits; a later arrival elsewhere means the
-    /// threads are not at the same barrier (e.g. some at `sync_threads`, the rest already at the
-    /// end of the block), which a count alone would let pass.
-    first: &'static str,
-    mixed: Option<&'static str>,
+/// Where a thread waits; a barrier generation whose arrivals come from different sites means the
+/// threads are not at the same barrier (e.g. some at `sync_threads`, the rest already at the end
+/// of the block), which an arrival count alone would let pass.
+#[derive(Clone, Copy)]
+enum Site {
+    SyncThreads = 1,
+    EndOfBlock = 2,
+    WarpCollective = 4,
 }
 
+impl Site {
+    fn name(self) -> &'static str {
+        match self {
+            Site::SyncThreads => "sync_threads",
+            Site::EndOfBlock => "end of block",
+            Site::WarpCollective => "warp collective",
+        }
+    }
+}
+
+/// A reusable barrier over threads `first_tid..first_tid + n` of the block. Arrival is one
+/// atomic add; waiters park and the last arrival unparks them. (A mutex + condvar version spent
+/// most of the test suite's time in futex contention: every barrier woke all waiters into one
+/// lock.)
 struct Barrier {
-    state: Mutex<BarrierState>,
-    cv: Condvar,
+    arrived: AtomicUsize,
+    generation: AtomicU64,
+    /// Bit set of the `Site`s seen in the current generation.
+    sites: AtomicU32,
+    first_tid: usize,
     n: usize,
     timeout: Duration,
 }
 
 impl Barrier {
-    fn new(n: usize, timeout: Duration) -> Self {
-        let state = BarrierState { arrived: 0, generation: 0, first: "", mixed: None };
-        Barrier { state: Mutex::new(state), cv: Condvar::new(), n, timeout }
+    fn new(first_tid: usize, n: usize, timeout: Duration) -> Self {
+        Barrier { arrived: AtomicUsize::new(0), generation: AtomicU64::new(0), sites: AtomicU32::new(0), first_tid, n, timeout }
     }
-    fn wait(&self, poisoned: &AtomicBool, what: &'static str) {
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = g.generation;
-        if g.arrived == 0 {
-            g.first = what;
-        } else if g.first != what {
-            g.mixed = Some(what);
-        }
-        g.arrived += 1;
-        if g.arrived == self.n {
-            if let Some(other) = g.mixed {
-                let first = g.first;
-                drop(g);
-                // The waiters see `poisoned` (set when this panic leaves the kernel) and unwind.
-                panic!("host grid: deadlock: divergent barrier: threads of one block wait at `{first}` and at `{other}`");
+    fn wake_all(&self, blk: &Block) {
+        for t in &blk.threads[self.first_tid..self.first_tid + self.n] {
+            if let Some(t) = t.get() {
+                t.unpark();
             }
-            g.arrived = 0;
-            g.generation += 1;
-            self.cv.notify_all();
+        }
+    }
+    fn wait(&self, blk: &Block, site: Site) {
+        // Everyone of this generation reads the old generation before arriving; the next
+        // generation's arrivals only start after they see it bumped.
+        let generation = self.generation.load(Ordering::Acquire);
+        self.sites.fetch_or(site as u32, Ordering::AcqRel);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            let sites = self.sites.swap(0, Ordering::AcqRel);
+            if sites.count_ones() > 1 {
+                let names: Vec<&str> =
+                    [Site::SyncThreads, Site::EndOfBlock, Site::WarpCollective].into_iter().filter(|s| sites & *s as u32 != 0).map(Site::name).collect();
+                blk.poisoned.store(true, Ordering::Release);
+                self.wake_all(blk);
+                panic!("host grid: deadlock: divergent barrier: threads of one block wait at different barriers ({})", names.join(", "));
+            }
+            self.arrived.store(0, Ordering::Release);
+            self.generation.store(generation + 1, Ordering::Release);
+            self.wake_all(blk);
             return;
         }
         let deadline = std::time::Instant::now() + self.timeout;
-        while g.generation == generation {
-            if poisoned.load(Ordering::Relaxed) {
+        while self.generation.load(Ordering::Acquire) == generation {
+            if blk.poisoned.load(Ordering::Acquire) {
                 std::panic::panic_any(EchoPanic);
             }
-            if std::time::Instant::now() > deadline {
-                panic!("host grid: deadlock in {what}: not every thread reached it (divergent barrier/shuffle)");
+            let now = std::time::Instant::now();
+            if now > deadline {
+                blk.poisoned.store(true, Ordering::Release);
+                self.wake_all(blk);
+                panic!("host grid: deadlock in {}: not every thread reached it (divergent barrier/shuffle)", site.name());
             }
-            g = self.cv.wait_timeout(g, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+            // Unpark tokens make a wake between the check and the park harmless; the timeout
+            // only bounds how late a panic elsewhere in the block is noticed.
+            std::thread::park_timeout((deadline - now).min(Duration::from_millis(20)));
         }
     }
 }
@@ -91,6 +118,8 @@ struct Warp {
 
 struct Block {
     barrier: Barrier,
+    /// Every thread of the block, registered before it runs any kernel code (barriers wake them).
+    threads: Vec<OnceLock<Thread>>,
     warps: Vec<Warp>,
     smem: Vec<u128>,
     poisoned: AtomicBool,
@@ -132,9 +161,10 @@ pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, 
     let warps = dims.block as usize / WARP;
     let words = (dims.shared_bytes as usize).div_ceil(16);
     let blk = Box::new(Block {
-        barrier: Barrier::new(dims.block as usize, timeout),
+        barrier: Barrier::new(0, dims.block as usize, timeout),
+        threads: (0..dims.block).map(|_| OnceLock::new()).collect(),
         warps: (0..warps)
-            .map(|_| Warp { barrier: Barrier::new(WARP, timeout), slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect() })
+            .map(|w| Warp { barrier: Barrier::new(w * WARP, WARP, timeout), slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect() })
             .collect(),
         // 0x7FC0_0001-style pattern per f32: a quiet NaN, also an absurd integer.
         smem: std::vec![0x7fc0_0bad_7fc0_0bad_7fc0_0bad_7fc0_0badu128; words],
@@ -147,19 +177,22 @@ pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, 
         for tid in 0..dims.block {
             handles.push(s.spawn(move || {
                 let b: *const Block = blk_ref;
+                let _ = blk_ref.threads[tid as usize].set(std::thread::current());
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     for by in 0..dims.grid_y {
                         for bx in 0..dims.grid_x {
                             CTX.with(|c| c.set(Some(Ctx { block: b, tid, bx, by, dims })));
                             kernel();
                             // Blocks run in sequence: nobody starts block n+1 before all left n.
-                            blk_ref.barrier.wait(&blk_ref.poisoned, "end of block");
+                            blk_ref.barrier.wait(blk_ref, Site::EndOfBlock);
                         }
                     }
                 }));
                 CTX.with(|c| c.set(None));
                 if let Err(e) = result {
-                    blk_ref.poisoned.store(true, Ordering::Relaxed);
+                    blk_ref.poisoned.store(true, Ordering::Release);
+                    // Waiters at a barrier notice at once instead of at their next poll.
+                    blk_ref.barrier.wake_all(blk_ref);
                     std::panic::resume_unwind(e);
                 }
             }));
@@ -204,7 +237,7 @@ pub fn grid_dim_y() -> u32 {
 
 pub fn sync_threads() {
     let b = block();
-    b.barrier.wait(&b.poisoned, "sync_threads");
+    b.barrier.wait(b, Site::SyncThreads);
 }
 
 pub fn shared_mem<T>() -> *mut T {
@@ -224,7 +257,7 @@ fn warp_exchange<const N: usize>(mine: [u32; N]) -> [[u32; N]; WARP] {
     for (i, v) in mine.iter().enumerate() {
         w.slots[lane * SLOTS + i].store(*v, Ordering::Relaxed);
     }
-    w.barrier.wait(&b.poisoned, "warp collective");
+    w.barrier.wait(b, Site::WarpCollective);
     let mut all = [[0u32; N]; WARP];
     for (l, row) in all.iter_mut().enumerate() {
         for (i, v) in row.iter_mut().enumerate() {
@@ -232,7 +265,7 @@ fn warp_exchange<const N: usize>(mine: [u32; N]) -> [[u32; N]; WARP] {
         }
     }
     // Nobody may overwrite the slots before everyone has read them.
-    w.barrier.wait(&b.poisoned, "warp collective");
+    w.barrier.wait(b, Site::WarpCollective);
     all
 }
 

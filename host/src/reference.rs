@@ -1,0 +1,205 @@
+//! float64 references of every GPU kernel, written as plainly as possible: the kernel property
+//! tests (`tests/kernels_*.rs`) compare the host grid executor and the real GPU against these.
+//!
+//! Nothing here shares code with the kernels or the CPU backend on purpose: the GGUF block
+//! layouts are decoded again from their definition, so a layout mistake cannot cancel out.
+//! Layouts are `row-major` with the same shapes the kernel docs state.
+
+/// The 32-element block formats the GPU keeps in split layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockFormat {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+}
+
+/// Elements per block of every [`BlockFormat`].
+pub const QK: usize = 32;
+
+impl BlockFormat {
+    /// Bytes of one GGUF block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            BlockFormat::Q4_0 => 18,
+            BlockFormat::Q4_1 => 20,
+            BlockFormat::Q8_0 => 34,
+        }
+    }
+}
+
+fn half(bytes: &[u8], at: usize) -> f64 {
+    half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f64()
+}
+
+/// Dequantize one GGUF block:
+/// Q4_0 `{d: f16, qs: [u8; 16]}` → d·(q − 8); Q4_1 `{d, m: f16, qs: [u8; 16]}` → d·q + m;
+/// Q8_0 `{d: f16, qs: [i8; 32]}` → d·q. 4-bit element i < 16 is the low nibble of byte i,
+/// element 16 + i the high nibble.
+pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
+    let nib = |qs: &[u8], i: usize| if i < 16 { qs[i] & 0xf } else { qs[i - 16] >> 4 } as f64;
+    std::array::from_fn(|i| match fmt {
+        BlockFormat::Q4_0 => half(b, 0) * (nib(&b[2..], i) - 8.0),
+        BlockFormat::Q4_1 => half(b, 0) * nib(&b[4..], i) + half(b, 2),
+        BlockFormat::Q8_0 => half(b, 0) * b[2 + i] as i8 as f64,
+    })
+}
+
+/// Dequantize a `rows × cols` matrix of GGUF blocks (`cols % 32 == 0`).
+pub fn dequantize(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+    assert!(cols % QK == 0 && gguf.len() == rows * cols / QK * fmt.block_bytes());
+    gguf.chunks_exact(fmt.block_bytes()).flat_map(|b| dequantize_block(fmt, b)).collect()
+}
+
+/// f16 bits to f64 (exact).
+pub fn f16_values(bits: &[u16]) -> Vec<f64> {
+    bits.iter().map(|&b| half::f16::from_bits(b).to_f64()).collect()
+}
+
+pub fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// The activations the integer mat-vec path really multiplies: element i of block b is
+/// `d_b · q_i` (`xds` holds `(d, d·Σq)` pairs per block, as the quantize kernel writes them).
+pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
+    assert_eq!(xq.len(), xds.len() / 2 * QK);
+    xq.iter().enumerate().map(|(i, &q)| xds[2 * (i / QK)] as f64 * q as f64).collect()
+}
+
+/// `y[t][r] = Σ_c w[r][c] · x[t][c]` for `n` activation rows.
+pub fn matvec(w: &[f64], x: &[f64], rows: usize, cols: usize, n: usize) -> Vec<f64> {
+    assert!(w.len() == rows * cols && x.len() == n * cols);
+    let mut y = Vec::with_capacity(n * rows);
+    for xt in x.chunks_exact(cols) {
+        for wr in w.chunks_exact(cols) {
+            y.push(wr.iter().zip(xt).map(|(a, b)| a * b).sum());
+        }
+    }
+    y
+}
+
+/// RMSNorm of each row: `x / sqrt(mean(x²) + eps) · w`.
+pub fn rms_norm(x: &[f32], w: &[f32], cols: usize, eps: f64) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(cols) {
+        let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / cols as f64;
+        let inv = 1.0 / (ms + eps).sqrt();
+        out.extend(row.iter().zip(w).map(|(&v, &g)| v as f64 * inv * g as f64));
+    }
+    out
+}
+
+/// Softmax of each row (max-subtracted; the reference of the safe formulation).
+pub fn softmax(x: &[f32], cols: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(cols) {
+        let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+        let s: f64 = e.iter().sum();
+        out.extend(e.iter().map(|v| v / s));
+    }
+    out
+}
+
+/// RoPE of `x` (`n × heads × head_dim`), token t at position `pos0 + t`: the first `rot_dim`
+/// dims of each head rotate in pairs (2i, 2i+1) (normal) or (i, i + rot_dim/2) (NeoX) by angle
+/// `pos · theta^(−2i/rot_dim)`; the remaining dims pass through.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(x: &[f32], heads: usize, head_dim: usize, rot_dim: usize, pos0: usize, theta: f64, neox: bool) -> Vec<f64> {
+    assert!(rot_dim % 2 == 0 && rot_dim <= head_dim && x.len() % (heads * head_dim) == 0);
+    let mut out = widen(x);
+    let half = rot_dim / 2;
+    for (row, head) in out.chunks_exact_mut(head_dim).enumerate() {
+        let pos = (pos0 + row / heads) as f64;
+        for i in 0..half {
+            let angle = pos * theta.powf(-((2 * i) as f64) / rot_dim as f64);
+            let (s, c) = angle.sin_cos();
+            let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+            let (va, vb) = (head[a], head[b]);
+            head[a] = va * c - vb * s;
+            head[b] = va * s + vb * c;
+        }
+    }
+    out
+}
+
+/// `silu(gate) · up`.
+pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f64> {
+    gate.iter().zip(up).map(|(&g, &u)| g as f64 / (1.0 + (-(g as f64)).exp()) * u as f64).collect()
+}
+
+/// `acc + x`.
+pub fn add(acc: &[f32], x: &[f32]) -> Vec<f64> {
+    acc.iter().zip(x).map(|(&a, &b)| a as f64 + b as f64).collect()
+}
+
+/// Rows `ids` of a `vocab × cols` table.
+pub fn embed(table: &[f64], ids: &[u32], cols: usize) -> Vec<f64> {
+    ids.iter().flat_map(|&id| table[id as usize * cols..(id as usize + 1) * cols].iter().copied()).collect()
+}
+
+/// f32 to f16 bits, round to nearest even (what `cvt.rn.f16.f32` does).
+pub fn f16_bits(v: f32) -> u16 {
+    half::f16::from_f32(v).to_bits()
+}
+
+/// Store `n` tokens of `src` (`n × kv_heads × head_dim`) into an f16 cache
+/// (`kv_heads × max_ctx × head_dim`) at positions `pos0..pos0 + n`; other slots untouched.
+pub fn kv_store(cache: &mut [u16], src: &[f32], kv_heads: usize, head_dim: usize, max_ctx: usize, pos0: usize) {
+    for (i, &v) in src.iter().enumerate() {
+        let (d, h, t) = (i % head_dim, i / head_dim % kv_heads, i / (head_dim * kv_heads));
+        cache[(h * max_ctx + pos0 + t) * head_dim + d] = f16_bits(v);
+    }
+}
+
+/// Causal grouped-query attention: for token t (position `pos0 + t`) and query head h (KV head
+/// `h / (heads / kv_heads)`), `softmax(scale · q·k_p for p in 0..=pos0+t) · V`.
+/// `q`: `n × heads × head_dim`; `k`, `v`: `kv_heads × max_ctx × head_dim`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f64],
+    v: &[f64],
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    max_ctx: usize,
+    pos0: usize,
+    scale: f64,
+) -> Vec<f64> {
+    assert!(heads % kv_heads == 0 && q.len() % (heads * head_dim) == 0);
+    let n = q.len() / (heads * head_dim);
+    let mut out = vec![0.0; q.len()];
+    for t in 0..n {
+        for h in 0..heads {
+            let base = (h / (heads / kv_heads)) * max_ctx;
+            let qh = &q[(t * heads + h) * head_dim..][..head_dim];
+            let len = pos0 + t + 1;
+            let s: Vec<f64> = (0..len)
+                .map(|p| scale * qh.iter().zip(&k[(base + p) * head_dim..][..head_dim]).map(|(&a, b)| a as f64 * b).sum::<f64>())
+                .collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            let o = &mut out[(t * heads + h) * head_dim..][..head_dim];
+            for (p, ep) in e.iter().enumerate() {
+                for (d, od) in o.iter_mut().enumerate() {
+                    *od += ep / z * v[(base + p) * head_dim + d];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// ‖out − ref‖₂ / ‖ref‖₂ (the error measure every property bounds; ‖ref‖ is never zero there).
+/// A NaN anywhere in `out` makes it NaN, which fails any `<=` bound.
+pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "length mismatch");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&o, &r) in out.iter().zip(reference) {
+        num += (o as f64 - r).powi(2);
+        den += r * r;
+    }
+    (num / den).sqrt()
+}

@@ -1,0 +1,238 @@
+//! Shared harness of the kernel property tests.
+//!
+//! A property is written once against [`Device`]: upload bytes, launch an entry by its name
+//! from the kernel table with the same `Arg` list the CUDA runtime passes, download bytes. Two
+//! devices implement it: [`HostDev<P>`] runs the kernel bodies on the host grid executor for a
+//! chosen policy (every policy in CI), [`GpuDev`] runs the embedded PTX on a real GPU. The same
+//! property, the same random cases, the same tolerances on both.
+#![allow(dead_code)]
+
+pub mod data;
+mod host_dev;
+
+pub use host_dev::HostDev;
+pub use kernels_gpu::entries::names;
+pub use kernels_gpu::kernels::launch::Dims;
+pub use kiln_host::cuda::{Arg, LaunchShapes};
+pub use kiln_host::reference;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use std::cell::RefCell;
+use std::fmt::Debug;
+
+/// A device buffer: its address (what a kernel argument carries) and size.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    pub ptr: u64,
+    pub bytes: usize,
+    slot: usize,
+}
+
+impl Buf {
+    pub fn arg(&self) -> Arg {
+        Arg::Ptr(self.ptr)
+    }
+}
+
+/// What a property needs from a device. Object safe, so properties take `&mut dyn Device`.
+pub trait Device {
+    /// Names the device and policy in failure messages (`host sm_90`, `GPU NVIDIA H200 sm_90`).
+    fn label(&self) -> String;
+    /// Launch shapes of the policy the kernels were instantiated with.
+    fn shapes(&self) -> &dyn LaunchShapes;
+    /// Copy bytes to a new buffer, 16-byte aligned (the kernels' vector loads need it).
+    fn upload_bytes(&mut self, bytes: &[u8]) -> Buf;
+    fn download_bytes(&mut self, buf: &Buf) -> Vec<u8>;
+    /// Launch an entry and wait for it; a launch or kernel fault panics with the device's error.
+    fn launch(&mut self, entry: &'static str, dims: Dims, args: &[Arg]);
+    /// Free every buffer (between cases).
+    fn reset(&mut self);
+}
+
+/// Plain-old-data element types the kernels read and write.
+pub trait Pod: Copy + Default + 'static {}
+impl Pod for f32 {}
+impl Pod for u32 {}
+impl Pod for u16 {}
+impl Pod for u8 {}
+impl Pod for i8 {}
+
+pub fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+    // SAFETY: Pod types have no padding and every byte is initialized.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+pub fn upload<T: Pod>(d: &mut dyn Device, v: &[T]) -> Buf {
+    d.upload_bytes(as_bytes(v))
+}
+
+/// A buffer of `n` elements of `T` with every byte set to `byte`: outputs start poisoned so a
+/// result the kernel never wrote stays recognizable (0xFF: NaN as f32 and as f16).
+pub fn poisoned<T: Pod>(d: &mut dyn Device, n: usize, byte: u8) -> Buf {
+    d.upload_bytes(&vec![byte; n * std::mem::size_of::<T>()])
+}
+
+pub fn download<T: Pod>(d: &mut dyn Device, b: &Buf) -> Vec<T> {
+    let bytes = d.download_bytes(b);
+    let n = b.bytes / std::mem::size_of::<T>();
+    let mut out = vec![T::default(); n];
+    // SAFETY: `out` has exactly `n * size_of::<T>()` bytes; any bit pattern is a valid Pod.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>()) };
+    out
+}
+
+/// The host executor for all three policies.
+pub fn host_devices() -> Vec<Box<dyn Device>> {
+    vec![
+        Box::new(HostDev::<policies::Ampere>::new()),
+        Box::new(HostDev::<policies::Hopper>::new()),
+        Box::new(HostDev::<policies::SparkGb10>::new()),
+    ]
+}
+
+/// The first GPU with the module for its architecture, or `None` after printing why the GPU
+/// variant is skipped (so a skip is visible in `--nocapture` output and in CI logs).
+pub fn gpu_device(test: &str) -> Option<GpuDev> {
+    if !kiln_host::cuda::driver_present() {
+        visible(&format!("SKIP {test}: no CUDA device (no CUDA driver library could be loaded)"));
+        return None;
+    }
+    match kiln_host::cuda::Gpu::new(kiln::PTX_MODULES, 0) {
+        Ok(gpu) => Some(GpuDev { gpu, bufs: Vec::new() }),
+        Err(e) => {
+            visible(&format!("SKIP {test}: no CUDA device ({e:#})"));
+            None
+        }
+    }
+}
+
+/// A line on the real stderr: libtest captures `eprintln!` of passing tests, and a skipped GPU
+/// test must not look like a passed one.
+fn visible(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+pub struct GpuDev {
+    gpu: kiln_host::cuda::Gpu,
+    bufs: Vec<kiln_host::cuda::DBuf<u8>>,
+}
+
+impl Device for GpuDev {
+    fn label(&self) -> String {
+        let (ma, mi) = self.gpu.compute_capability();
+        format!("GPU {} (cc {ma}.{mi}, module {})", self.gpu.name(), self.gpu.module_name())
+    }
+    fn shapes(&self) -> &dyn LaunchShapes {
+        self.gpu.shapes()
+    }
+    fn upload_bytes(&mut self, bytes: &[u8]) -> Buf {
+        let b = if bytes.is_empty() { self.gpu.alloc::<u8>(1) } else { self.gpu.upload(bytes) };
+        let b = b.unwrap_or_else(|e| panic!("{}: {e:#}", self.label()));
+        assert!(b.ptr() % 16 == 0, "device allocation not 16-byte aligned");
+        let buf = Buf { ptr: b.ptr(), bytes: bytes.len(), slot: self.bufs.len() };
+        self.bufs.push(b);
+        buf
+    }
+    fn download_bytes(&mut self, buf: &Buf) -> Vec<u8> {
+        let mut v = self.gpu.download(&self.bufs[buf.slot]).unwrap_or_else(|e| panic!("{}: {e:#}", self.label()));
+        v.truncate(buf.bytes);
+        v
+    }
+    fn launch(&mut self, entry: &'static str, dims: Dims, args: &[Arg]) {
+        // Synchronize per launch so a fault is blamed on the kernel that caused it.
+        let r = self.gpu.launch(entry, dims, args).and_then(|_| self.gpu.synchronize());
+        r.unwrap_or_else(|e| panic!("{}: {entry} {dims:?}: {e:#}", self.label()));
+    }
+    fn reset(&mut self) {
+        self.bufs.clear();
+    }
+}
+
+/// Cases per property on the host executor: small, because every launch there spawns one OS
+/// thread per GPU thread and the suite must stay quick on two cores.
+pub const HOST_CASES: u32 = 16;
+/// Cases per property on a GPU, where a case costs milliseconds.
+pub const GPU_CASES: u32 = 256;
+
+fn runner(cases: u32) -> TestRunner {
+    // No regression files (the harness is not the `proptest!` macro), bounded shrinking since
+    // each host case costs tens of milliseconds.
+    TestRunner::new(Config { cases, failure_persistence: None, max_shrink_iters: 256, ..Config::default() })
+}
+
+/// A property over one device and one generated case.
+pub type Property<T> = fn(&mut dyn Device, &T) -> Result<(), TestCaseError>;
+
+/// Run `prop` for `cases` random cases, each on the host executor of every policy.
+pub fn run_host<S: Strategy>(cases: u32, strategy: S, prop: Property<S::Value>)
+where
+    S::Value: Debug,
+{
+    let result = runner(cases).run(&strategy, |case| {
+        for mut dev in host_devices() {
+            prop(&mut *dev, &case)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Run `prop` on the GPU (if there is one; else a visible skip).
+pub fn run_gpu<S: Strategy>(test: &str, cases: u32, strategy: S, prop: Property<S::Value>)
+where
+    S::Value: Debug,
+{
+    let Some(dev) = gpu_device(test) else { return };
+    visible(&format!("{test}: {cases} cases on {}", dev.label()));
+    let dev = RefCell::new(dev);
+    let result = runner(cases).run(&strategy, |case| {
+        let mut d = dev.borrow_mut();
+        d.reset();
+        prop(&mut *d, &case)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// `#[test] fn $host` on every policy's host executor and `#[test] fn $gpu` on the GPU, for one
+/// strategy and property.
+#[macro_export]
+macro_rules! kernel_properties {
+    ($( $host:ident, $gpu:ident: $strategy:expr => $prop:path; )*) => {$(
+        #[test]
+        fn $host() {
+            common::run_host(common::HOST_CASES, $strategy, $prop);
+        }
+        #[test]
+        fn $gpu() {
+            common::run_gpu(stringify!($gpu), common::GPU_CASES, $strategy, $prop);
+        }
+    )*};
+}
+
+/// Fail the case (with the device named) unless `err <= tol`; NaN fails too.
+pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(), TestCaseError> {
+    if err <= tol {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!("{}: {what}: relative error {err:.3e} > {tol:.1e}", dev.label())))
+    }
+}
+
+/// Fail unless every f32 of `out` was written (poison is NaN; the inputs never produce NaN).
+pub fn check_written(dev: &dyn Device, what: &str, out: &[f32]) -> Result<(), TestCaseError> {
+    match out.iter().position(|v| v.is_nan()) {
+        None => Ok(()),
+        Some(i) => Err(TestCaseError::fail(format!(
+            "{}: {what}: element {i} of {} is NaN (never written?); {} NaN in all",
+            dev.label(),
+            out.len(),
+            out.iter().filter(|v| v.is_nan()).count()
+        ))),
+    }
+}

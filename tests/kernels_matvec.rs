@@ -1,0 +1,196 @@
+//! Properties of `kernels/matvec.rs`: activation quantization (`quantize_q8_1`), the integer
+//! mat-vec over split Q4_0/Q4_1/Q8_0 weights, and the f16 mat-vec.
+//!
+//! The integer path is checked twice: against the float64 product of the dequantized weights
+//! with the *exact* quantized activations the kernel produced (only float rounding separates
+//! them: ~1e-5), and against the raw f32 activations with a per-output bound that is exactly
+//! the worst case of Q8 activation rounding (|x − d·q| ≤ d/2 per element).
+mod common;
+
+use common::data::{Gen, length, seed};
+use common::reference::{self as r, BlockFormat, QK};
+use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct QCase {
+    fmt: BlockFormat,
+    rows: u32,
+    blocks: u32,
+    n: u32,
+    seed: u64,
+}
+
+/// Rows around the rows-per-block of every policy (4 and 8) and arbitrary counts up to 24;
+/// block counts from one (cols = 32) past one warp's worth (a lane takes a second block).
+fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
+    let rows = prop_oneof![prop::sample::select(vec![1u32, 3, 4, 5, 7, 8, 9, 16, 17]), 1..=24u32];
+    let blocks = prop_oneof![Just(1u32), 1..=12u32, 30..=40u32];
+    (rows, blocks, 1..=2u32, seed()).prop_map(move |(rows, blocks, n, seed)| QCase { fmt, rows, blocks, n, seed })
+}
+
+/// Quantize `x` (`n × cols`) with the kernel and check every block against the definition:
+/// d = amax/127, q = round(x/d), s = d·Σq. Returns the kernel's `xq`, `xds` (still on the
+/// device too, as buffers 1 and 2 of the pair returned).
+fn quantize(dev: &mut dyn Device, x: &[f32], cols: usize, n: usize) -> Result<(common::Buf, common::Buf, Vec<i8>, Vec<f32>), TestCaseError> {
+    let nb = cols / QK;
+    let xb = upload(dev, x);
+    // -128 never comes out of the quantizer (|x/d| <= 127): it marks bytes never written.
+    let xq_b = poisoned::<i8>(dev, n * cols, 0x80);
+    let xds_b = poisoned::<f32>(dev, n * nb * 2, 0xff);
+    let dims = dev.shapes().quantize_q8_1(cols as u32, n as u32);
+    dev.launch(names::kiln_quantize_q8_1, dims, &[xb.arg(), xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
+    let (xq, xds) = (download::<i8>(dev, &xq_b), download::<f32>(dev, &xds_b));
+    check_written(dev, "quantize_q8_1 scales", &xds)?;
+    let label = dev.label();
+    for blk in 0..n * nb {
+        let xs = &x[blk * QK..][..QK];
+        let qs = &xq[blk * QK..][..QK];
+        let (d, s) = (xds[2 * blk], xds[2 * blk + 1]);
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let want_d = amax / 127.0;
+        prop_assert!((d - want_d).abs() <= 1e-6 * want_d, "{label}: block {blk}: d = {d}, want {want_d}");
+        for (i, (&q, &v)) in qs.iter().zip(xs).enumerate() {
+            let ideal = if d == 0.0 { 0.0 } else { v as f64 / d as f64 };
+            prop_assert!(q != -128 && (q as f64 - ideal).abs() <= 0.5 + 1e-4, "{label}: block {blk} elem {i}: q = {q}, x/d = {ideal}");
+        }
+        let sum: i32 = qs.iter().map(|&q| q as i32).sum();
+        let want_s = d as f64 * sum as f64;
+        prop_assert!((s as f64 - want_s).abs() <= 1e-6 * want_s.abs(), "{label}: block {blk}: d·Σq = {s}, want {want_s}");
+    }
+    Ok((xq_b, xds_b, xq, xds))
+}
+
+/// GGUF blocks → the split planes the GPU keeps.
+fn split(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    fn go<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+        let (qb, sb) = split_plane_bytes::<F>(rows, cols);
+        let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+        assert!(split_gguf_blocks::<F>(gguf, rows, cols, &mut qs, &mut sc));
+        (qs, sc)
+    }
+    match fmt {
+        BlockFormat::Q4_0 => go::<formats::Q4_0>(gguf, rows, cols),
+        BlockFormat::Q4_1 => go::<formats::Q4_1>(gguf, rows, cols),
+        BlockFormat::Q8_0 => go::<formats::Q8_0>(gguf, rows, cols),
+    }
+}
+
+fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (xq_b, xds_b, xq, xds) = quantize(dev, &x, cols, n)?;
+
+    let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+    let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+    let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
+    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let entry = match c.fmt {
+        BlockFormat::Q4_0 => names::kiln_matvec_q4_0,
+        BlockFormat::Q4_1 => names::kiln_matvec_q4_1,
+        BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
+    };
+    let dims = dev.shapes().matvec(rows as u32, n as u32);
+    let args = [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
+    dev.launch(entry, dims, &args);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "matvec output", &y)?;
+
+    let w = r::dequantize(c.fmt, &gguf, rows, cols);
+    let exact = r::matvec(&w, &r::q8_activations(&xq, &xds), rows, cols, n);
+    check_err(dev, "vs exact quantized activations", r::rel_err(&y, &exact), 1e-5)?;
+
+    let raw = r::matvec(&w, &r::widen(&x), rows, cols, n);
+    for t in 0..n {
+        for row in 0..rows {
+            let (wr, xt) = (&w[row * cols..][..cols], &x[t * cols..][..cols]);
+            let step = |c: usize| xds[2 * (t * cols / QK + c / QK)] as f64;
+            let rounding: f64 = (0..cols).map(|c| wr[c].abs() * step(c) * 0.5).sum();
+            let scale: f64 = (0..cols).map(|c| (wr[c] * xt[c] as f64).abs()).sum();
+            let (got, want) = (y[t * rows + row] as f64, raw[t * rows + row]);
+            let bound = rounding * (1.0 + 1e-3) + 1e-5 * scale;
+            prop_assert!(
+                (got - want).abs() <= bound,
+                "{}: token {t} row {row}: {got} vs raw-activation reference {want} (bound {bound:.3e})",
+                dev.label()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+struct F16Case {
+    rows: u32,
+    cols: u32,
+    n: u32,
+    seed: u64,
+}
+
+fn f16_case() -> impl Strategy<Value = F16Case> {
+    let rows = prop_oneof![prop::sample::select(vec![1u32, 4, 5, 8, 9]), 1..=24u32];
+    // cols is a multiple of 8; up to 80 chunks so lanes wrap around the row.
+    let chunks = prop_oneof![Just(1u32), Just(32), Just(33), 1..=80u32];
+    (rows, chunks, 1..=2u32, seed()).prop_map(|(rows, chunks, n, seed)| F16Case { rows, cols: chunks * 8, n, seed })
+}
+
+fn matvec_f16(dev: &mut dyn Device, c: &F16Case) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (c.rows as usize, c.cols as usize, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let ws = g.magnitude(-2.0, 0.0);
+    let w: Vec<u16> = g.normals(rows * cols, ws).into_iter().map(|v| g.f16_bits(v)).collect();
+    let xs = g.magnitude(-2.0, 2.0);
+    let x = g.normals(n * cols, xs);
+    let (w_b, x_b) = (upload(dev, &w), upload(dev, &x));
+    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let dims = dev.shapes().matvec(rows as u32, n as u32);
+    dev.launch(names::kiln_matvec_f16, dims, &[w_b.arg(), x_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)]);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "matvec_f16 output", &y)?;
+    let want = r::matvec(&r::f16_values(&w), &r::widen(&x), rows, cols, n);
+    check_err(dev, "matvec_f16", r::rel_err(&y, &want), 1e-5)
+}
+
+kernel_properties! {
+    host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
+    host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
+    host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;
+    host_matvec_f16, gpu_matvec_f16: f16_case() => matvec_f16;
+}
+
+/// Model-sized shapes (thousands of rows, up to 8192 columns): GPU only.
+#[test]
+fn gpu_matvec_large() {
+    let case = (prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]), length(5000), 1..=256u32, 1..=2u32, seed())
+        .prop_map(|(fmt, rows, blocks, n, seed)| QCase { fmt, rows, blocks, n, seed });
+    common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);
+}
+
+/// The reference's block decoding agrees with the shared GGUF block types (`kernels_gpu::quant`),
+/// so the references test the layout llama.cpp writes, not one of our own making.
+#[test]
+fn reference_dequant_matches_gguf_block_types() {
+    use kernels_gpu::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
+    fn layout<B: QuantBlock>(bytes: &[u8]) -> Vec<f64> {
+        let mut out = [0f32; QK];
+        B::read(bytes).unwrap().dequant(&mut out);
+        out.iter().map(|&v| v as f64).collect()
+    }
+    let mut g = Gen::new(7);
+    for fmt in [BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0] {
+        for block in g.gguf_blocks(fmt, 64).chunks_exact(fmt.block_bytes()) {
+            let want = match fmt {
+                BlockFormat::Q4_0 => layout::<BlockQ4_0>(block),
+                BlockFormat::Q4_1 => layout::<BlockQ4_1>(block),
+                BlockFormat::Q8_0 => layout::<BlockQ8_0>(block),
+            };
+            let got = r::dequantize_block(fmt, block);
+            for i in 0..QK {
+                // The block types round d·q + m to f32 once; the reference is exact.
+                assert!((got[i] - want[i]).abs() <= 1e-6 * want[i].abs().max(1e-3), "{fmt:?} elem {i}: {} vs {}", got[i], want[i]);
+            }
+        }
+    }
+}
