@@ -196,6 +196,8 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
     let result = std::thread::scope(|s| -> Result<()> {
         // Two segments in flight: one being written while the next is generated.
         let (tx, rx) = sync_channel::<(usize, Vec<u8>)>(1);
+        // Written buffers go back for reuse: saves page-faulting fresh memory for every segment.
+        let (spare_tx, spare_rx) = sync_channel::<Vec<u8>>(4);
         let specs = &specs;
         let writer = s.spawn(move || -> Result<()> {
             let mut stream = stream;
@@ -203,6 +205,7 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
             for (ti, buf) in rx {
                 stream.write_tensor_chunk(&specs[ti].name, &buf)?;
                 done += buf.len() as u64;
+                let _ = spare_tx.try_send(buf);
                 if progress && done * 10 / total.max(1) > shown {
                     shown = done * 10 / total.max(1);
                     eprint!("\r{}%", shown * 10);
@@ -221,7 +224,8 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
             let mut first = 0usize;
             while first * chunk_bytes < n_bytes {
                 let len = (SEGMENT_CHUNKS * chunk_bytes).min(n_bytes - first * chunk_bytes);
-                let buf = fill_segment(t, seed, ti as u64, first as u64, len, chunk_bytes, threads);
+                let mut buf = spare_rx.try_recv().unwrap_or_default();
+                fill_segment(t, seed, ti as u64, first as u64, &mut buf, len, chunk_bytes, threads);
                 if tx.send((ti, buf)).is_err() {
                     break 'tensors; // the writer failed; its error is reported below
                 }
@@ -239,9 +243,21 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
     Ok(std::fs::metadata(out)?.len())
 }
 
-/// `len` bytes of tensor `t` starting at chunk `first`, chunks filled on up to `threads` threads.
-fn fill_segment(t: &TensorSpec, seed: u64, ti: u64, first: u64, len: usize, chunk_bytes: usize, threads: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; len];
+/// Fills `buf` with `len` bytes of tensor `t` starting at chunk `first`, the chunks spread over
+/// up to `threads` threads.
+#[allow(clippy::too_many_arguments)]
+fn fill_segment(
+    t: &TensorSpec,
+    seed: u64,
+    ti: u64,
+    first: u64,
+    buf: &mut Vec<u8>,
+    len: usize,
+    chunk_bytes: usize,
+    threads: usize,
+) {
+    // Every byte is overwritten below; resize only zeroes growth.
+    buf.resize(len, 0);
     let mut chunks: Vec<(u64, &mut [u8])> =
         buf.chunks_mut(chunk_bytes).enumerate().map(|(i, c)| (first + i as u64, c)).collect();
     if chunks.len() == 1 || threads == 1 {
@@ -260,7 +276,6 @@ fn fill_segment(t: &TensorSpec, seed: u64, ti: u64, first: u64, len: usize, chun
             }
         });
     }
-    buf
 }
 
 /// Standard deviation of a Q4_0 quant once nibble 0 (-8) is folded onto 8 (0): values -7..=7,

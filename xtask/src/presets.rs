@@ -133,6 +133,21 @@ pub const PRESETS: &[Preset] = &[
         ..LLAMA3
     },
     Preset {
+        name: "tiny-qwen3moe",
+        about: "2-layer qwen3moe for tests (8 experts, 2 used)",
+        arch: Arch::Qwen3Moe,
+        n_vocab: QWEN3_TOKENIZER_VOCAB,
+        n_layer: 2,
+        n_embd: 256,
+        n_ff: 512,
+        n_head: 4,
+        n_kv_head: 2,
+        head_dim: 64,
+        n_ctx: 4096,
+        moe: Some(Moe { n_expert: 8, n_expert_used: 2, n_ff_exp: 128 }),
+        ..QWEN3
+    },
+    Preset {
         name: "qwen3-0.6b",
         about: "Qwen3-0.6B shapes (tied embeddings)",
         n_layer: 28,

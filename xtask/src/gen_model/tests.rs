@@ -126,6 +126,27 @@ fn tiny_llama_q8_0_runs() {
     run_on_cpu(&path.0, 128_256);
 }
 
+/// The MoE layout: 3-D expert tensors, an F32 router, the qwen3moe keys.
+#[test]
+fn tiny_qwen3moe_has_expert_tensors() {
+    let tok = Qwen3Tokenizer::load().unwrap();
+    let p = presets::find("tiny-qwen3moe").unwrap();
+    let path = TempPath::new("tiny-qwen3moe.gguf");
+    generate(p, Quant::Q4_0, 5, &path.0, &tok, false).unwrap();
+    let f = GgufFile::open(&path.0).unwrap();
+    assert_eq!(f.get_str("general.architecture").unwrap(), "qwen3moe");
+    assert_eq!(f.get_u32("qwen3moe.expert_count").unwrap(), 8);
+    assert_eq!(f.get_u32("qwen3moe.expert_used_count").unwrap(), 2);
+    assert_eq!(f.get_u32("qwen3moe.expert_feed_forward_length").unwrap(), 128);
+    let t = |n: &str| f.tensor(n).unwrap();
+    assert_eq!(t("blk.1.ffn_gate_inp.weight").dims, vec![256, 8]);
+    assert_eq!(t("blk.1.ffn_gate_inp.weight").ggml_type, GgmlType::F32);
+    assert_eq!(t("blk.1.ffn_gate_exps.weight").dims, vec![256, 128, 8]);
+    assert_eq!(t("blk.1.ffn_up_exps.weight").dims, vec![256, 128, 8]);
+    assert_eq!(t("blk.1.ffn_down_exps.weight").dims, vec![128, 256, 8]);
+    assert!(f.tensor("blk.0.ffn_gate.weight").is_err());
+}
+
 #[test]
 fn same_seed_gives_the_same_bytes() {
     let tok = Qwen3Tokenizer::load().unwrap();
@@ -144,9 +165,14 @@ fn segments_do_not_depend_on_thread_count() {
     let t = &presets::find("tiny-qwen3").unwrap().tensors(GgmlType::Q4_0)[0];
     let chunk = CHUNK_BLOCKS * 18;
     let len = 5 * chunk + 18 * 7;
-    let one = fill_segment(t, 9, 0, 3, len, chunk, 1);
-    assert_eq!(one, fill_segment(t, 9, 0, 3, len, chunk, 4));
-    assert_ne!(one, fill_segment(t, 9, 0, 4, len, chunk, 4));
+    let fill = |first, threads, buf: &mut Vec<u8>| {
+        fill_segment(t, 9, 0, first, buf, len, chunk, threads);
+        buf.clone()
+    };
+    let one = fill(3, 1, &mut Vec::new());
+    // A recycled, larger buffer gives the same bytes.
+    assert_eq!(one, fill(3, 4, &mut vec![7u8; len + 100]));
+    assert_ne!(one, fill(4, 4, &mut Vec::new()));
 }
 
 #[test]
