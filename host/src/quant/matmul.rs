@@ -99,7 +99,8 @@ impl<'a> QMatrix<'a> {
         }
         // Enough tasks to balance (4 per thread), each with enough work.
         let per_row = rb * n.min(ACT_BLOCK);
-        let chunk = m.rows.div_ceil(4 * threads).max(MIN_TASK_BYTES.div_ceil(per_row)).max(1);
+        // Multiple of 4 so the four-row kernels cover every task but the last.
+        let chunk = m.rows.div_ceil(4 * threads).max(MIN_TASK_BYTES.div_ceil(per_row)).next_multiple_of(4);
         let out = OutPtr(y.as_mut_ptr());
         let n_chunks = m.rows.div_ceil(chunk);
         (0..n_chunks).into_par_iter().for_each(|c| {
