@@ -18,6 +18,7 @@ impl TargetPolicy for Hopper {
 
     const MATVEC_WARPS: u32 = 4;
     const MATVEC_ROWS_PER_WARP: u32 = 2;
+    const MATVEC_BLOCKS_IN_FLIGHT: u32 = 2;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

@@ -57,6 +57,8 @@ pub trait TargetPolicy: 'static {
     const MATVEC_WARPS: u32;
     /// Output rows each warp computes; the activation chunk a lane loads is reused this often.
     const MATVEC_ROWS_PER_WARP: u32;
+    /// 32-element blocks per row each lane loads before it computes (memory-level parallelism).
+    const MATVEC_BLOCKS_IN_FLIGHT: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -91,6 +93,8 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::TILE_K % P::Mma::K == 0);
     assert!(!P::HAS_WGMMA || P::MIN_CC >= 90);
     assert!(P::STAGES >= 1);
+    assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
+    assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));
 }
 
 const _: () = check::<Ampere>();

@@ -106,8 +106,14 @@ impl Gpu {
             anyhow!("{name} (compute capability {}.{}) is older than every kiln kernel module (oldest: sm_80)", cc.0, cc.1)
         })?;
         let shapes = shapes::for_module(module.name).ok_or_else(|| anyhow!("no launch shapes for module {}", module.name))?;
+        // Developer hook for trying a kernel variant without relinking the binary: a PTX file
+        // built from kernels-gpu for the same policy (same entries, same launch shapes).
+        let ptx_text = match std::env::var_os("KILN_PTX_OVERRIDE") {
+            Some(path) => std::fs::read_to_string(&path).with_context(|| format!("KILN_PTX_OVERRIDE={}", path.to_string_lossy()))?,
+            None => module.ptx.to_string(),
+        };
         let loaded = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(module.ptx))
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx_text))
             .map_err(|e| anyhow!("loading the {} PTX module on {name} failed: {e:?}", module.name))?;
         let mut functions = HashMap::new();
         for &entry in kernels_gpu::entries::names::ALL {

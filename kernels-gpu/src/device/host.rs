@@ -349,3 +349,7 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
 pub fn round_to_i32(x: f32) -> i32 {
     x.round_ties_even() as i32
 }
+
+pub fn round_half_away_to_i32(x: f32) -> i32 {
+    x.round() as i32
+}

@@ -17,7 +17,7 @@ use nvptx as imp;
 
 pub use imp::{
     block_dim, block_idx, block_idx_y, dp4a_s32, grid_dim, grid_dim_y, ld_nc_v4, mma_m16n8k16_f32_f16, shared_mem,
-    round_to_i32, shfl_idx_u32, shfl_xor_u32, sync_threads, thread_idx,
+    round_half_away_to_i32, round_to_i32, shfl_idx_u32, shfl_xor_u32, sync_threads, thread_idx,
 };
 
 pub const WARP: u32 = policies::WARP;
@@ -118,6 +118,12 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 #[inline(always)]
 pub fn f32_to_f16(v: f32) -> u16 {
     (v as f16).to_bits()
+}
+
+/// `x` rounded to the nearest f16 and widened back (`cvt.rn.f16.f32` + `cvt.f32.f16`).
+#[inline(always)]
+pub fn f16_round(x: f32) -> f32 {
+    f16_to_f32(f32_to_f16(x))
 }
 
 /// 2^x. `ex2.approx.ftz.f32` on the GPU (max rel. error 2^-22).

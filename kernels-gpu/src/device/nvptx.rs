@@ -151,3 +151,13 @@ pub fn round_to_i32(x: f32) -> i32 {
     unsafe { asm!("cvt.rni.s32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
     r
 }
+
+/// Round half away from zero (C's `roundf`) to an integer: `cvt.rzi` truncation plus a
+/// correction, since PTX's own `cvt.rni` rounds ties to even.
+#[inline(always)]
+pub fn round_half_away_to_i32(x: f32) -> i32 {
+    let t: f32;
+    unsafe { asm!("cvt.rzi.f32.f32 {t}, {x};", t = out(reg32) t, x = in(reg32) x, options(pure, nomem, nostack)) };
+    let r = if (x - t).abs() >= 0.5 { t + x.signum() } else { t };
+    r as i32
+}

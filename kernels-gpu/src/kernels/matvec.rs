@@ -9,7 +9,7 @@ use policies::TargetPolicy;
 
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
-/// `xds` (`n × cols/32` pairs of f32: `d`, `d·Σq`). `cols % 32 == 0`. Launch: [`launch::quantize_q8_1`].
+/// `xds` (`n × cols/32` pairs of f32: `d`, `d·Σq`, both rounded to f16 precision). `cols % 32 == 0`. Launch: [`launch::quantize_q8_1`].
 ///
 /// [`launch::quantize_q8_1`]: crate::kernels::launch::quantize_q8_1
 pub unsafe fn quantize_q8_1<P: TargetPolicy>(x: *const f32, xq: *mut i8, xds: *mut f32, cols: u32) {
@@ -22,15 +22,19 @@ pub unsafe fn quantize_q8_1<P: TargetPolicy>(x: *const f32, xq: *mut i8, xds: *m
     let i = (t * cols + b * QK as u32 + lane()) as usize;
     let v = unsafe { *x.add(i) };
     let amax = warp_max(v.abs());
+    // Same arithmetic as the CPU backend (and llama.cpp's q8_1): codes from v·(1/d) rounded half
+    // away from zero, then d and d·Σq stored at f16 precision. Matching it operation for
+    // operation is what keeps greedy decoding identical across the two backends.
     let d = amax / 127.0;
-    let q = if d == 0.0 { 0 } else { round_to_i32(v / d) };
+    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let q = round_half_away_to_i32(v * id).clamp(-127, 127);
     let sum = warp_sum(q as f32);
     unsafe { *xq.add(i) = q as i8 };
     if lane() == 0 {
         let s = 2 * (t * nb + b) as usize;
         unsafe {
-            *xds.add(s) = d;
-            *xds.add(s + 1) = d * sum;
+            *xds.add(s) = f16_round(d);
+            *xds.add(s + 1) = f16_round(d * sum);
         }
     }
 }
@@ -60,19 +64,42 @@ pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
     rows: u32,
     cols: u32,
 ) {
-    // The rows-per-warp count becomes a const generic so the accumulators are a fixed-size
-    // register array (a run-time bound would put them in local memory).
+    // Rows per warp and blocks in flight become const generics so the accumulators and the
+    // loaded blocks are fixed-size register arrays (a run-time bound would spill them to local
+    // memory).
     unsafe {
         match P::MATVEC_ROWS_PER_WARP {
-            1 => matvec_split_rows::<P, F, 1>(qs, scales, xq, xds, y, rows, cols),
-            2 => matvec_split_rows::<P, F, 2>(qs, scales, xq, xds, y, rows, cols),
-            _ => matvec_split_rows::<P, F, 4>(qs, scales, xq, xds, y, rows, cols),
+            1 => split_unrolled::<P, F, 1>(qs, scales, xq, xds, y, rows, cols),
+            2 => split_unrolled::<P, F, 2>(qs, scales, xq, xds, y, rows, cols),
+            _ => split_unrolled::<P, F, 4>(qs, scales, xq, xds, y, rows, cols),
         }
     }
 }
 
 #[inline(always)]
-unsafe fn matvec_split_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
+unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
+    qs: *const u32,
+    scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
+    unsafe {
+        match P::MATVEC_BLOCKS_IN_FLIGHT {
+            1 => matvec_split_tile::<P, F, R, 1>(qs, scales, xq, xds, y, rows, cols),
+            2 => matvec_split_tile::<P, F, R, 2>(qs, scales, xq, xds, y, rows, cols),
+            _ => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols),
+        }
+    }
+}
+
+/// `R` rows per warp; each lane keeps `U` blocks per row in flight: all loads of a step are
+/// issued before the first dot product uses them, so a warp has `R·U·32` 16-byte weight loads
+/// outstanding instead of one row's worth.
+#[inline(always)]
+unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, const U: usize>(
     qs: *const u32,
     scales: *const u8,
     xq: *const u32,
@@ -87,21 +114,37 @@ unsafe fn matvec_split_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     let xq_row = unsafe { xq.add(t * nb * 8) };
     let xds_row = unsafe { xds.add(t * nb * 2) };
     let mut acc = [0f32; R];
-    let mut b = lane() as usize;
-    while b < nb {
-        let x_lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
-        let x_hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
-        let xw = [x_lo[0], x_lo[1], x_lo[2], x_lo[3], x_hi[0], x_hi[1], x_hi[2], x_hi[3]];
-        let (xd, xs) = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
-        for (r, a) in acc.iter_mut().enumerate() {
-            let row = row0 + r;
-            if row < rows {
-                let blk = row * nb + b;
-                let w = unsafe { load_block_quants::<F>(qs.add(blk * F::QS_WORDS)) };
-                *a += F::block_dot(&w, unsafe { scales.add(blk * F::SCALE_BYTES) }, &xw, xd, xs);
+    let mut b0 = lane() as usize;
+    while b0 < nb {
+        let mut xw = [[0u32; 8]; U];
+        let mut xd = [(0f32, 0f32); U];
+        let mut w = [[[0u32; 8]; U]; R];
+        for u in 0..U {
+            let b = b0 + u * WARP as usize;
+            if b < nb {
+                let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
+                let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
+                xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
+                for (r, wr) in w.iter_mut().enumerate() {
+                    if row0 + r < rows {
+                        wr[u] = unsafe { load_block_quants::<F>(qs.add(((row0 + r) * nb + b) * F::QS_WORDS)) };
+                    }
+                }
             }
         }
-        b += WARP as usize;
+        for u in 0..U {
+            let b = b0 + u * WARP as usize;
+            if b < nb {
+                for (r, a) in acc.iter_mut().enumerate() {
+                    if row0 + r < rows {
+                        let sc = unsafe { scales.add(((row0 + r) * nb + b) * F::SCALE_BYTES) };
+                        *a += F::block_dot(&w[r][u], sc, &xw[u], xd[u].0, xd[u].1);
+                    }
+                }
+            }
+        }
+        b0 += U * WARP as usize;
     }
     for (r, a) in acc.iter().enumerate() {
         let s = warp_sum(*a);
