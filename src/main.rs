@@ -398,7 +398,12 @@ fn info(path: &Path) -> Result<()> {
     writeln!(o, "embedding:      {}", u("embedding_length"))?;
     writeln!(o, "feed-forward:   {}", u("feed_forward_length"))?;
     writeln!(o, "heads:          {} (kv {})", u("attention.head_count"), u("attention.head_count_kv"))?;
-    writeln!(o, "head dim:       {}", u("attention.key_length"))?;
+    let head_dim = match (f.get_u32(&format!("{arch}.attention.key_length")), f.get_u32(&format!("{arch}.embedding_length")), f.get_u32(&format!("{arch}.attention.head_count"))) {
+        (Ok(k), _, _) => k.to_string(),
+        (_, Ok(e), Ok(h)) if h > 0 => format!("{} (embedding / heads)", e / h),
+        _ => "-".to_string(),
+    };
+    writeln!(o, "head dim:       {head_dim}")?;
     writeln!(o, "context:        {}", u("context_length"))?;
     writeln!(o, "rope base:      {}", fl("rope.freq_base"))?;
     writeln!(o, "rms eps:        {}", fl("attention.layer_norm_rms_epsilon"))?;

@@ -188,6 +188,9 @@ impl<B: Backend + 'static> Engine<B> {
                 out.timings.prefill_s = start.elapsed().as_secs_f64();
                 first = false;
             }
+            if out.tokens.len() >= params.max_tokens {
+                break;
+            }
             let mut host = self.backend.read(&logits)?;
             let tok = sampler.sample(&mut host, &history);
             if !params.ignore_eos && tokenizer.is_eot(tok) {

@@ -9,6 +9,9 @@ use rayon::prelude::*;
 use super::CpuTensor;
 use crate::backend::{Attention, KvSpec};
 
+/// Below this many query-key multiply-adds attention runs on the calling thread.
+const PAR_MIN_MACS: usize = 1 << 15;
+
 /// Writes rows of `x` (`[n, n_kv_head*head_dim]`, positions `pos..pos+n`) into one layer's cache.
 pub(super) fn store(cache: &mut [f16], x: &CpuTensor, pos: usize, spec: &KvSpec) {
     let hd = spec.head_dim;
@@ -35,7 +38,7 @@ pub(super) fn attend(
     let group = attn.n_head / attn.n_kv_head;
     let simd = Simd::detect();
     // One task per (row, head): out is [n][n_head][hd], so its head_dim chunks enumerate them.
-    out.data.par_chunks_exact_mut(hd).enumerate().for_each(|(task, o)| {
+    let task = |(task, o): (usize, &mut [f32])| {
         let (i, h) = (task / attn.n_head, task % attn.n_head);
         let qh = &q.data[i * q.cols + h * hd..][..hd];
         let base = (h / group) * max_seq * hd;
@@ -55,7 +58,14 @@ pub(super) fn attend(
         for (&p, v) in scores.iter().zip(vals.chunks_exact(hd)) {
             simd.axpy(p * inv, v, o);
         }
-    });
+    };
+    // Early decode steps are a few thousand multiply-adds: cheaper than waking the pool.
+    let work = q.rows * attn.n_head * (pos + q.rows) * hd;
+    if work < PAR_MIN_MACS {
+        out.data.chunks_exact_mut(hd).enumerate().for_each(task);
+    } else {
+        out.data.par_chunks_exact_mut(hd).enumerate().for_each(task);
+    }
 }
 
 /// f16 dot / axpy, with an AVX2+F16C path chosen once per call of [`attend`].
