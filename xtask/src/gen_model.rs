@@ -118,18 +118,31 @@ pub fn file_size(p: &Preset, q: Quant, tok: &Qwen3Tokenizer) -> Result<u64> {
     let w = writer(p, q, 0, &specs, tok)?;
     let align = u64::from(w.alignment());
     let header = w.begin(std::io::sink())?.data_offset();
-    Ok(header + specs.iter().map(|t| t.n_bytes().div_ceil(align) * align).sum::<u64>())
+    Ok(header
+        + specs
+            .iter()
+            .map(|t| t.n_bytes().div_ceil(align) * align)
+            .sum::<u64>())
 }
 
 /// Declares the metadata and tensors of preset `p`.
-fn writer(p: &Preset, q: Quant, seed: u64, specs: &[TensorSpec], tok: &Qwen3Tokenizer) -> Result<GgufWriter> {
+fn writer(
+    p: &Preset,
+    q: Quant,
+    seed: u64,
+    specs: &[TensorSpec],
+    tok: &Qwen3Tokenizer,
+) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
     let a = p.arch.gguf_name();
     let mut meta: Vec<(String, Value)> = Vec::new();
     let mut kv = |k: &str, v: Value| meta.push((k.to_string(), v));
     let u = |x: u64| Value::U32(x as u32);
     kv("general.architecture", Value::String(a.into()));
-    kv("general.name", Value::String(format!("kiln synthetic {}: {}", p.name, p.about)));
+    kv(
+        "general.name",
+        Value::String(format!("kiln synthetic {}: {}", p.name, p.about)),
+    );
     kv(
         "general.description",
         Value::String(format!(
@@ -152,7 +165,10 @@ fn writer(p: &Preset, q: Quant, seed: u64, specs: &[TensorSpec], tok: &Qwen3Toke
     kv(&k("attention.key_length"), u(p.head_dim));
     kv(&k("attention.value_length"), u(p.head_dim));
     kv(&k("rope.freq_base"), Value::F32(p.rope_base));
-    kv(&k("attention.layer_norm_rms_epsilon"), Value::F32(p.rms_eps));
+    kv(
+        &k("attention.layer_norm_rms_epsilon"),
+        Value::F32(p.rms_eps),
+    );
     if p.arch == Arch::Llama {
         kv(&k("rope.dimension_count"), u(p.head_dim));
         kv(&k("vocab_size"), u(p.n_vocab));
@@ -182,7 +198,14 @@ const SEGMENT_CHUNKS: usize = 256;
 
 /// Writes preset `p` to `out` (through `out.partial`, renamed when complete) and returns the
 /// file size.
-pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenizer, progress: bool) -> Result<u64> {
+pub fn generate(
+    p: &Preset,
+    q: Quant,
+    seed: u64,
+    out: &Path,
+    tok: &Qwen3Tokenizer,
+    progress: bool,
+) -> Result<u64> {
     let specs = p.tensors(q.ggml());
     let w = writer(p, q, seed, &specs, tok)?;
     let mut partial = out.as_os_str().to_owned();
@@ -225,7 +248,16 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
             while first * chunk_bytes < n_bytes {
                 let len = (SEGMENT_CHUNKS * chunk_bytes).min(n_bytes - first * chunk_bytes);
                 let mut buf = spare_rx.try_recv().unwrap_or_default();
-                fill_segment(t, seed, ti as u64, first as u64, &mut buf, len, chunk_bytes, threads);
+                fill_segment(
+                    t,
+                    seed,
+                    ti as u64,
+                    first as u64,
+                    &mut buf,
+                    len,
+                    chunk_bytes,
+                    threads,
+                );
                 if tx.send((ti, buf)).is_err() {
                     break 'tensors; // the writer failed; its error is reported below
                 }
@@ -233,13 +265,16 @@ pub fn generate(p: &Preset, q: Quant, seed: u64, out: &Path, tok: &Qwen3Tokenize
             }
         }
         drop(tx);
-        writer.join().map_err(|_| anyhow::anyhow!("writer thread panicked"))?
+        writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("writer thread panicked"))?
     });
     if let Err(e) = result {
         let _ = std::fs::remove_file(&partial);
         return Err(e.context(format!("writing {}", partial.display())));
     }
-    std::fs::rename(&partial, out).with_context(|| format!("renaming {} to {}", partial.display(), out.display()))?;
+    std::fs::rename(&partial, out)
+        .with_context(|| format!("renaming {} to {}", partial.display(), out.display()))?;
     Ok(std::fs::metadata(out)?.len())
 }
 
@@ -258,8 +293,11 @@ fn fill_segment(
 ) {
     // Every byte is overwritten below; resize only zeroes growth.
     buf.resize(len, 0);
-    let mut chunks: Vec<(u64, &mut [u8])> =
-        buf.chunks_mut(chunk_bytes).enumerate().map(|(i, c)| (first + i as u64, c)).collect();
+    let mut chunks: Vec<(u64, &mut [u8])> = buf
+        .chunks_mut(chunk_bytes)
+        .enumerate()
+        .map(|(i, c)| (first + i as u64, c))
+        .collect();
     if chunks.len() == 1 || threads == 1 {
         for (ci, c) in chunks {
             fill_chunk(t, Rng::new(seed, ti, ci), c);
@@ -343,7 +381,9 @@ fn mix(mut z: u64) -> u64 {
 
 impl Rng {
     fn new(seed: u64, tensor: u64, chunk: u64) -> Self {
-        Rng(mix(mix(mix(seed) ^ tensor) ^ chunk.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        Rng(mix(
+            mix(mix(seed) ^ tensor) ^ chunk.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ))
     }
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);

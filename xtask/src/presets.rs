@@ -144,7 +144,11 @@ pub const PRESETS: &[Preset] = &[
         n_kv_head: 2,
         head_dim: 64,
         n_ctx: 4096,
-        moe: Some(Moe { n_expert: 8, n_expert_used: 2, n_ff_exp: 128 }),
+        moe: Some(Moe {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 128,
+        }),
         ..QWEN3
     },
     Preset {
@@ -204,7 +208,11 @@ pub const PRESETS: &[Preset] = &[
         n_ff: 6144,
         n_head: 32,
         n_kv_head: 4,
-        moe: Some(Moe { n_expert: 128, n_expert_used: 8, n_ff_exp: 768 }),
+        moe: Some(Moe {
+            n_expert: 128,
+            n_expert_used: 8,
+            n_ff_exp: 768,
+        }),
         ..QWEN3
     },
     Preset {
@@ -223,7 +231,11 @@ pub fn find(name: &str) -> Option<&'static Preset> {
 }
 
 pub fn names() -> String {
-    PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+    PRESETS
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How a tensor's values are drawn.
@@ -264,8 +276,17 @@ impl Preset {
     pub fn tensors(&self, q: GgmlType) -> Vec<TensorSpec> {
         let mut out = Vec::new();
         let mut push = |name: String, dims: &[u64], init: Init| {
-            let ty = if matches!(init, Init::Weight { .. }) { q } else { GgmlType::F32 };
-            out.push(TensorSpec { name, dims: dims.to_vec(), ty, init });
+            let ty = if matches!(init, Init::Weight { .. }) {
+                q
+            } else {
+                GgmlType::F32
+            };
+            out.push(TensorSpec {
+                name,
+                dims: dims.to_vec(),
+                ty,
+                init,
+            });
         };
         let w = Init::Weight { sigma: SIGMA };
         let (e, v) = (self.n_embd, self.n_vocab);
@@ -295,7 +316,11 @@ impl Preset {
                 }
                 Some(m) => {
                     // The router stays F32, as llama.cpp's quantizer leaves it.
-                    push(b("ffn_gate_inp"), &[e, m.n_expert], Init::DenseF32 { sigma: SIGMA });
+                    push(
+                        b("ffn_gate_inp"),
+                        &[e, m.n_expert],
+                        Init::DenseF32 { sigma: SIGMA },
+                    );
                     push(b("ffn_gate_exps"), &[e, m.n_ff_exp, m.n_expert], w);
                     push(b("ffn_up_exps"), &[e, m.n_ff_exp, m.n_expert], w);
                     push(b("ffn_down_exps"), &[m.n_ff_exp, e, m.n_expert], w);
@@ -307,10 +332,16 @@ impl Preset {
 
     /// Total parameters, and those active per token (differs for MoE).
     pub fn param_counts(&self) -> (u64, u64) {
-        let total: u64 = self.tensors(GgmlType::F32).iter().map(TensorSpec::n_elements).sum();
+        let total: u64 = self
+            .tensors(GgmlType::F32)
+            .iter()
+            .map(TensorSpec::n_elements)
+            .sum();
         let active = match self.moe {
             None => total,
-            Some(m) => total - self.n_layer * 3 * self.n_embd * m.n_ff_exp * (m.n_expert - m.n_expert_used),
+            Some(m) => {
+                total - self.n_layer * 3 * self.n_embd * m.n_ff_exp * (m.n_expert - m.n_expert_used)
+            }
         };
         (total, active)
     }

@@ -48,16 +48,23 @@ pub struct Qwen3Tokenizer {
 
 impl Qwen3Tokenizer {
     pub fn load() -> Result<Self> {
-        let tj: Json = serde_json::from_str(TOKENIZER_JSON).context("parsing the embedded tokenizer.json")?;
-        let cfg: Json =
-            serde_json::from_str(TOKENIZER_CONFIG_JSON).context("parsing the embedded tokenizer_config.json")?;
-        let vocab = tj["model"]["vocab"].as_object().context("tokenizer.json: no model.vocab")?;
-        let added = tj["added_tokens"].as_array().context("tokenizer.json: no added_tokens")?;
+        let tj: Json =
+            serde_json::from_str(TOKENIZER_JSON).context("parsing the embedded tokenizer.json")?;
+        let cfg: Json = serde_json::from_str(TOKENIZER_CONFIG_JSON)
+            .context("parsing the embedded tokenizer_config.json")?;
+        let vocab = tj["model"]["vocab"]
+            .as_object()
+            .context("tokenizer.json: no model.vocab")?;
+        let added = tj["added_tokens"]
+            .as_array()
+            .context("tokenizer.json: no added_tokens")?;
         let n = vocab.len() + added.len();
         let mut tokens: Vec<Option<String>> = vec![None; n];
         let mut types = vec![NORMAL; n];
         let mut put = |id: u64, text: &str| -> Result<usize> {
-            let slot = tokens.get_mut(id as usize).with_context(|| format!("token id {id} out of range"))?;
+            let slot = tokens
+                .get_mut(id as usize)
+                .with_context(|| format!("token id {id} out of range"))?;
             ensure!(slot.is_none(), "token id {id} appears twice");
             *slot = Some(text.to_string());
             Ok(id as usize)
@@ -66,11 +73,17 @@ impl Qwen3Tokenizer {
             put(id.as_u64().context("non-integer token id")?, text)?;
         }
         for at in added {
-            let text = at["content"].as_str().context("added token without content")?;
+            let text = at["content"]
+                .as_str()
+                .context("added token without content")?;
             let id = put(at["id"].as_u64().context("added token without id")?, text)?;
             let special = at["special"].as_bool().unwrap_or(false);
             // As llama.cpp's converter: special, or shaped like `<|...|>`, is a control token.
-            types[id] = if special || (text.starts_with("<|") && text.ends_with("|>")) { CONTROL } else { USER_DEFINED };
+            types[id] = if special || (text.starts_with("<|") && text.ends_with("|>")) {
+                CONTROL
+            } else {
+                USER_DEFINED
+            };
         }
         let tokens = tokens
             .into_iter()
@@ -82,15 +95,26 @@ impl Qwen3Tokenizer {
             .context("tokenizer.json: no model.merges")?
             .iter()
             .map(|m| match m {
-                Json::String(s) => s.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())),
-                Json::Array(p) if p.len() == 2 => Some((p[0].as_str()?.to_string(), p[1].as_str()?.to_string())),
+                Json::String(s) => s
+                    .split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string())),
+                Json::Array(p) if p.len() == 2 => {
+                    Some((p[0].as_str()?.to_string(), p[1].as_str()?.to_string()))
+                }
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()
             .context("tokenizer.json: malformed merge")?;
-        let chat_template =
-            cfg["chat_template"].as_str().context("tokenizer_config.json: no chat_template")?.to_string();
-        Ok(Qwen3Tokenizer { tokens, types, merges, chat_template })
+        let chat_template = cfg["chat_template"]
+            .as_str()
+            .context("tokenizer_config.json: no chat_template")?
+            .to_string();
+        Ok(Qwen3Tokenizer {
+            tokens,
+            types,
+            merges,
+            chat_template,
+        })
     }
 
     fn id(&self, text: &str) -> Result<u32> {
@@ -121,28 +145,45 @@ impl Qwen3Tokenizer {
             tokens.push(format!("[PAD{i}]"));
             types.push(UNUSED);
         }
-        let merges = self.merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+        let merges = self
+            .merges
+            .iter()
+            .map(|(a, b)| format!("{a} {b}"))
+            .collect();
         let (eos, pad) = (self.id("<|im_end|>")?, self.id("<|endoftext|>")?);
         Ok(vec![
             ("tokenizer.ggml.model", Value::String("gpt2".into())),
             ("tokenizer.ggml.pre", Value::String("qwen2".into())),
             ("tokenizer.ggml.tokens", strings(tokens)),
-            ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+            (
+                "tokenizer.ggml.token_type",
+                Value::Array(types.into_iter().map(Value::I32).collect()),
+            ),
             ("tokenizer.ggml.merges", strings(merges)),
             ("tokenizer.ggml.eos_token_id", Value::U32(eos)),
             ("tokenizer.ggml.padding_token_id", Value::U32(pad)),
             ("tokenizer.ggml.bos_token_id", Value::U32(pad)),
             ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
-            ("tokenizer.chat_template", Value::String(self.chat_template.clone())),
+            (
+                "tokenizer.chat_template",
+                Value::String(self.chat_template.clone()),
+            ),
         ])
     }
 
     fn llama3(&self, n_vocab: u64) -> Result<Vec<(&'static str, Value)>> {
-        ensure!(n_vocab == LLAMA3_VOCAB, "the Llama 3 vocabulary has {LLAMA3_VOCAB} tokens, not {n_vocab}");
+        ensure!(
+            n_vocab == LLAMA3_VOCAB,
+            "the Llama 3 vocabulary has {LLAMA3_VOCAB} tokens, not {n_vocab}"
+        );
         let mut tokens: Vec<String> = self.tokens[..LLAMA3_BPE].to_vec();
         let mut types = vec![NORMAL; LLAMA3_BPE];
         // Keep a merge only if both halves and the result survive the truncation.
-        let index: HashMap<&str, usize> = tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.as_str(), i))
+            .collect();
         let merges: Vec<String> = self
             .merges
             .iter()
@@ -178,12 +219,18 @@ impl Qwen3Tokenizer {
             ("tokenizer.ggml.model", Value::String("gpt2".into())),
             ("tokenizer.ggml.pre", Value::String("llama-bpe".into())),
             ("tokenizer.ggml.tokens", strings(tokens)),
-            ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+            (
+                "tokenizer.ggml.token_type",
+                Value::Array(types.into_iter().map(Value::I32).collect()),
+            ),
             ("tokenizer.ggml.merges", strings(merges)),
             ("tokenizer.ggml.bos_token_id", id(0)),
             ("tokenizer.ggml.eos_token_id", id(9)),
             ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
-            ("tokenizer.chat_template", Value::String(LLAMA3_TEMPLATE.into())),
+            (
+                "tokenizer.chat_template",
+                Value::String(LLAMA3_TEMPLATE.into()),
+            ),
         ])
     }
 }

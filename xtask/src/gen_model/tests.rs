@@ -33,11 +33,17 @@ fn sha256(path: &Path) -> Vec<u8> {
 /// logits, and generates a few tokens.
 fn run_on_cpu(path: &Path, n_vocab: usize) {
     let mut e = Engine::load(Cpu::new(), path, Some(64)).unwrap();
-    let prompt = e.tokenizer.encode("Hello, world! The quick brown fox", false).unwrap();
+    let prompt = e
+        .tokenizer
+        .encode("Hello, world! The quick brown fox", false)
+        .unwrap();
     assert!(prompt.len() > 3, "{prompt:?}");
 
     let mut cache = e.backend.kv_cache(&e.model.config().kv_spec(64)).unwrap();
-    let logits = e.model.forward(&e.backend, &mut cache, &prompt, 0, Logits::Last).unwrap();
+    let logits = e
+        .model
+        .forward(&e.backend, &mut cache, &prompt, 0, Logits::Last)
+        .unwrap();
     let logits = e.backend.read(&logits).unwrap();
     assert_eq!(logits.len(), n_vocab);
     assert!(logits.iter().all(|x| x.is_finite()), "non-finite logits");
@@ -45,7 +51,12 @@ fn run_on_cpu(path: &Path, n_vocab: usize) {
     let std = (logits.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n_vocab as f32).sqrt();
     assert!(std > 0.01 && std < 20.0, "logit std {std}");
 
-    let params = GenParams { max_tokens: 4, sampler: SamplerConfig::greedy(), stop: vec![], ignore_eos: true };
+    let params = GenParams {
+        max_tokens: 4,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        ignore_eos: true,
+    };
     let g = e.generate(&prompt, &params, &mut |_| Ok(())).unwrap();
     assert_eq!(g.tokens.len(), 4);
     assert!(g.tokens.iter().all(|&t| (t as usize) < n_vocab));
@@ -79,7 +90,10 @@ fn tiny_qwen3_has_the_declared_shapes_and_runs() {
     assert_eq!(f.get_str("tokenizer.ggml.pre").unwrap(), "qwen2");
     let tokens = f.get_str_array("tokenizer.ggml.tokens").unwrap();
     assert_eq!(tokens.len() as u64, p.n_vocab);
-    assert_eq!(tokens[f.get_u32("tokenizer.ggml.eos_token_id").unwrap() as usize], "<|im_end|>");
+    assert_eq!(
+        tokens[f.get_u32("tokenizer.ggml.eos_token_id").unwrap() as usize],
+        "<|im_end|>"
+    );
     assert!(f.get("tokenizer.chat_template").is_some());
 
     let specs = p.tensors(GgmlType::Q4_0);
@@ -88,9 +102,15 @@ fn tiny_qwen3_has_the_declared_shapes_and_runs() {
         let t = f.tensor(&s.name).unwrap();
         assert_eq!((&t.dims, t.ggml_type), (&s.dims, s.ty), "{}", s.name);
     }
-    assert!(f.tensor("output.weight").is_err(), "tiny-qwen3 ties its embeddings");
+    assert!(
+        f.tensor("output.weight").is_err(),
+        "tiny-qwen3 ties its embeddings"
+    );
     assert_eq!(f.tensor("blk.1.attn_q_norm.weight").unwrap().dims, vec![64]);
-    assert_eq!(f.tensor("token_embd.weight").unwrap().dims, vec![256, p.n_vocab]);
+    assert_eq!(
+        f.tensor("token_embd.weight").unwrap().dims,
+        vec![256, p.n_vocab]
+    );
 
     // Weights have the intended magnitude; norms are about 1.
     let q = f.tensor("blk.0.attn_q.weight").unwrap();
@@ -98,10 +118,16 @@ fn tiny_qwen3_has_the_declared_shapes_and_runs() {
     kiln_host::quant::dequantize_row(q.ggml_type, f.tensor_data(q), &mut w).unwrap();
     let mean = w.iter().sum::<f32>() / w.len() as f32;
     let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
-    assert!(mean.abs() < 1e-3 && (0.018..0.022).contains(&std), "mean {mean} std {std}");
+    assert!(
+        mean.abs() < 1e-3 && (0.018..0.022).contains(&std),
+        "mean {mean} std {std}"
+    );
     let n = f.tensor("blk.0.attn_norm.weight").unwrap();
-    let norm: Vec<f32> =
-        f.tensor_data(n).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let norm: Vec<f32> = f
+        .tensor_data(n)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
     assert!(norm.iter().all(|x| (0.89..1.11).contains(x)));
     drop(f);
 
@@ -121,7 +147,10 @@ fn tiny_llama_q8_0_runs() {
     let tokens = f.get_str_array("tokenizer.ggml.tokens").unwrap();
     assert_eq!(tokens[128_009], "<|eot_id|>");
     assert_eq!(tokens[128_255], "<|reserved_special_token_250|>");
-    assert_eq!(f.get("tokenizer.ggml.bos_token_id"), Some(&Value::U32(128_000)));
+    assert_eq!(
+        f.get("tokenizer.ggml.bos_token_id"),
+        Some(&Value::U32(128_000))
+    );
     drop(f);
     run_on_cpu(&path.0, 128_256);
 }
@@ -137,7 +166,10 @@ fn tiny_qwen3moe_has_expert_tensors() {
     assert_eq!(f.get_str("general.architecture").unwrap(), "qwen3moe");
     assert_eq!(f.get_u32("qwen3moe.expert_count").unwrap(), 8);
     assert_eq!(f.get_u32("qwen3moe.expert_used_count").unwrap(), 2);
-    assert_eq!(f.get_u32("qwen3moe.expert_feed_forward_length").unwrap(), 128);
+    assert_eq!(
+        f.get_u32("qwen3moe.expert_feed_forward_length").unwrap(),
+        128
+    );
     let t = |n: &str| f.tensor(n).unwrap();
     assert_eq!(t("blk.1.ffn_gate_inp.weight").dims, vec![256, 8]);
     assert_eq!(t("blk.1.ffn_gate_inp.weight").ggml_type, GgmlType::F32);
@@ -151,7 +183,11 @@ fn tiny_qwen3moe_has_expert_tensors() {
 fn same_seed_gives_the_same_bytes() {
     let tok = Qwen3Tokenizer::load().unwrap();
     let p = presets::find("tiny-qwen3").unwrap();
-    let (a, b, c) = (TempPath::new("seed-a.gguf"), TempPath::new("seed-b.gguf"), TempPath::new("seed-c.gguf"));
+    let (a, b, c) = (
+        TempPath::new("seed-a.gguf"),
+        TempPath::new("seed-b.gguf"),
+        TempPath::new("seed-c.gguf"),
+    );
     generate(p, Quant::Q4_0, 3, &a.0, &tok, false).unwrap();
     generate(p, Quant::Q4_0, 3, &b.0, &tok, false).unwrap();
     generate(p, Quant::Q4_0, 4, &c.0, &tok, false).unwrap();
@@ -178,6 +214,9 @@ fn segments_do_not_depend_on_thread_count() {
 #[test]
 fn zero_nibbles_become_eight() {
     assert_eq!(no_zero_nibbles(0), 0x8888_8888_8888_8888);
-    assert_eq!(no_zero_nibbles(0xF0F0_0000_1234_5678), 0xF8F8_8888_1234_5678);
+    assert_eq!(
+        no_zero_nibbles(0xF0F0_0000_1234_5678),
+        0xF8F8_8888_1234_5678
+    );
     assert_eq!(no_zero_nibbles(u64::MAX), u64::MAX);
 }
