@@ -57,6 +57,8 @@ pub trait TargetPolicy: 'static {
     const MATVEC_WARPS: u32;
     /// Output rows each warp computes; the activation chunk a lane loads is reused this often.
     const MATVEC_ROWS_PER_WARP: u32;
+    /// Resident mat-vec blocks per multiprocessor: the grid is one wave of this many per SM.
+    const MATVEC_BLOCKS_PER_SM: u32;
     /// 32-element blocks per row each lane loads before it computes (memory-level parallelism).
     const MATVEC_BLOCKS_IN_FLIGHT: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).

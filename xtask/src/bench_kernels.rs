@@ -102,11 +102,17 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
     let y = gpu.alloc::<f32>(rows)?;
     let sh = gpu.shapes();
     gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(cols as u32, 1), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)])?;
+    let mut dims = sh.matvec_resident(rows as u32, 1, gpu.sm_count());
+    // Sweep hook: KILN_MATVEC_BLOCKS_PER_SM overrides the policy's resident wave (the kernel
+    // grid-strides, so any grid is correct).
+    if let Some(b) = std::env::var("KILN_MATVEC_BLOCKS_PER_SM").ok().and_then(|v| v.parse::<u32>().ok()) {
+        dims.grid_x = sh.matvec(rows as u32, 1).grid_x.min(b * gpu.sm_count());
+    }
     let launch = |k: usize| {
         let k = k % w.qs.len();
         gpu.launch(
             kernel_name::<F>(),
-            sh.matvec(rows as u32, 1),
+            dims,
             &[w.qs[k].arg(), w.scales[k].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)],
         )
     };

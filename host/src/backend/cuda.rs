@@ -224,9 +224,9 @@ impl Backend for Cuda {
         let out = self.tensor(x.rows, w.rows)?;
         let sh = self.gpu.shapes();
         let (rows, cols, n) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?, x.rows as u32);
-        let dims = sh.matvec(w.rows as u32, n);
         match &w.storage {
             Storage::Split { ty, qs, scales } => {
+                let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
                 ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 let xq = self.tensor(x.rows, x.cols / 4)?; // i8 activations, 4 per f32 slot
                 let xds = self.tensor(x.rows, x.cols / 16)?; // (d, d·Σq) per 32-block
@@ -238,7 +238,7 @@ impl Backend for Cuda {
                 };
                 self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq.arg(), xds.arg(), out.arg(), rows, cols])?;
             }
-            Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, dims, &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
+            Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
             Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),
         }
         Ok(out)

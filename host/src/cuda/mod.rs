@@ -83,6 +83,7 @@ pub struct Gpu {
     shapes: &'static dyn LaunchShapes,
     name: String,
     cc: (i32, i32),
+    sms: u32,
 }
 
 impl Gpu {
@@ -121,7 +122,10 @@ impl Gpu {
             functions.insert(entry, f);
         }
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, _module: loaded, functions, module, shapes, name, cc })
+        let sms = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| anyhow!("{e:?}"))? as u32;
+        Ok(Gpu { ctx, stream, _module: loaded, functions, module, shapes, name, cc, sms })
     }
 
     pub fn name(&self) -> &str {
@@ -129,6 +133,10 @@ impl Gpu {
     }
     pub fn compute_capability(&self) -> (i32, i32) {
         self.cc
+    }
+    /// Streaming multiprocessors on the device.
+    pub fn sm_count(&self) -> u32 {
+        self.sms
     }
     /// The policy/module in use (`sm_90`, ...).
     pub fn module_name(&self) -> &'static str {

@@ -11,6 +11,8 @@ use std::marker::PhantomData;
 pub trait LaunchShapes: Send + Sync {
     fn policy(&self) -> &'static str;
     fn matvec(&self, rows: u32, n: u32) -> Dims;
+    /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
+    fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
@@ -26,6 +28,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn matvec(&self, rows: u32, n: u32) -> Dims {
         launch::matvec::<P>(rows, n)
+    }
+    fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
+        launch::matvec_resident::<P>(rows, n, sms)
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)

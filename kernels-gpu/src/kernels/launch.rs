@@ -16,9 +16,18 @@ const fn div_ceil(a: u32, b: u32) -> u32 {
     a.div_ceil(b)
 }
 
-/// Mat-vec (any weight format): `rows` outputs for each of `n` activation rows.
+/// Mat-vec (any weight format): `rows` outputs for each of `n` activation rows, one block per
+/// row group.
 pub const fn matvec<P: TargetPolicy>(rows: u32, n: u32) -> Dims {
     Dims { grid_x: div_ceil(rows, matvec_rows_per_block::<P>()), grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
+}
+
+/// The split-format mat-vec on a device with `sms` multiprocessors: at most one resident wave
+/// (`P::MATVEC_BLOCKS_PER_SM` per SM); the kernel strides over the remaining row groups.
+pub const fn matvec_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Dims {
+    let all = matvec::<P>(rows, n);
+    let wave = sms * P::MATVEC_BLOCKS_PER_SM;
+    Dims { grid_x: if all.grid_x < wave { all.grid_x } else { wave }, ..all }
 }
 
 /// Activation quantization to Q8_1 blocks: one warp per 32-element block.
