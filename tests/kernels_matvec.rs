@@ -1,10 +1,10 @@
 //! Properties of `kernels/matvec.rs`: activation quantization (`quantize_q8_1`), the integer
 //! mat-vec over split Q4_0/Q4_1/Q8_0 weights, and the f16 mat-vec.
 //!
-//! The integer path is checked twice: against the float64 product of the dequantized weights
-//! with the *exact* quantized activations the kernel produced (only float rounding separates
-//! them: ~1e-5), and against the raw f32 activations with a per-output bound that is exactly
-//! the worst case of Q8 activation rounding (|x − d·q| ≤ d/2 per element).
+//! The integer path is checked twice: against the float64 value of the Q8_1 dot definition on
+//! the *exact* quantized activations the kernel produced (codes, f16 d and s: only float
+//! rounding separates them, ~1e-5), and against the raw f32 activations with a per-output
+//! bound that is the worst case of Q8_1 activation rounding, computed from x alone.
 mod common;
 
 use common::data::{Gen, length, seed};
@@ -19,6 +19,9 @@ struct QCase {
     rows: u32,
     blocks: u32,
     n: u32,
+    /// Launch at most this many blocks along x (a resident wave, as `launch::matvec_resident`
+    /// sizes it on a GPU with few SMs): the kernel must stride over the other row groups.
+    wave: Option<u32>,
     seed: u64,
 }
 
@@ -27,12 +30,14 @@ struct QCase {
 fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 3, 4, 5, 7, 8, 9, 16, 17]), 1..=24u32];
     let blocks = prop_oneof![Just(1u32), 1..=12u32, 30..=40u32];
-    (rows, blocks, 1..=2u32, seed()).prop_map(move |(rows, blocks, n, seed)| QCase { fmt, rows, blocks, n, seed })
+    let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
+    (rows, blocks, 1..=2u32, wave, seed()).prop_map(move |(rows, blocks, n, wave, seed)| QCase { fmt, rows, blocks, n, wave, seed })
 }
 
-/// Quantize `x` (`n × cols`) with the kernel and check every block against the definition:
-/// d = amax/127, q = round(x/d), s = d·Σq. Returns the kernel's `xq`, `xds` (still on the
-/// device too, as buffers 1 and 2 of the pair returned).
+/// Quantize `x` (`n × cols`) with the kernel and check every block against the Q8_1
+/// definition (llama.cpp's, which the CPU backend shares): with d = amax/127 in f32, codes
+/// q = round(x/d) (half away from zero), stored d' = f16(d) and s' = f16(d·Σq). Returns the
+/// device buffers and the downloaded `xq`, `xds`.
 fn quantize(dev: &mut dyn Device, x: &[f32], cols: usize, n: usize) -> Result<(common::Buf, common::Buf, Vec<i8>, Vec<f32>), TestCaseError> {
     let nb = cols / QK;
     let xb = upload(dev, x);
@@ -44,20 +49,21 @@ fn quantize(dev: &mut dyn Device, x: &[f32], cols: usize, n: usize) -> Result<(c
     let (xq, xds) = (download::<i8>(dev, &xq_b), download::<f32>(dev, &xds_b));
     check_written(dev, "quantize_q8_1 scales", &xds)?;
     let label = dev.label();
+    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
     for blk in 0..n * nb {
         let xs = &x[blk * QK..][..QK];
         let qs = &xq[blk * QK..][..QK];
-        let (d, s) = (xds[2 * blk], xds[2 * blk + 1]);
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let want_d = amax / 127.0;
-        prop_assert!((d - want_d).abs() <= 1e-6 * want_d, "{label}: block {blk}: d = {d}, want {want_d}");
+        let (d_stored, s_stored) = (xds[2 * blk], xds[2 * blk + 1]);
+        let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        prop_assert!(d_stored == f16(d), "{label}: block {blk}: d = {d_stored}, want f16({d}) = {}", f16(d));
         for (i, (&q, &v)) in qs.iter().zip(xs).enumerate() {
             let ideal = if d == 0.0 { 0.0 } else { v as f64 / d as f64 };
+            // The kernel multiplies by an f32 reciprocal: a tie may go either way by an ulp.
             prop_assert!(q != -128 && (q as f64 - ideal).abs() <= 0.5 + 1e-4, "{label}: block {blk} elem {i}: q = {q}, x/d = {ideal}");
         }
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        let want_s = d as f64 * sum as f64;
-        prop_assert!((s as f64 - want_s).abs() <= 1e-6 * want_s.abs(), "{label}: block {blk}: d·Σq = {s}, want {want_s}");
+        let want_s = f16(d * sum as f32);
+        prop_assert!(s_stored == want_s, "{label}: block {blk}: s = {s_stored}, want f16(d·Σq) = {want_s}");
     }
     Ok((xq_b, xds_b, xq, xds))
 }
@@ -92,25 +98,44 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         BlockFormat::Q4_1 => names::kiln_matvec_q4_1,
         BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
     };
-    let dims = dev.shapes().matvec(rows as u32, n as u32);
+    let all = dev.shapes().matvec(rows as u32, n as u32);
+    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
     let args = [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
     dev.launch(entry, dims, &args);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec output", &y)?;
 
-    let w = r::dequantize(c.fmt, &gguf, rows, cols);
-    let exact = r::matvec(&w, &r::q8_activations(&xq, &xds), rows, cols, n);
-    check_err(dev, "vs exact quantized activations", r::rel_err(&y, &exact), 1e-5)?;
+    let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);
+    check_err(dev, "vs exact Q8_1 activations", r::rel_err(&y, &exact), 1e-5)?;
 
+    // Against the raw activations, bounded by what Q8_1 may lose, from x alone: each element
+    // is off by at most d/2 (the code's rounding) + 127·|d − f16(d)|, and s = f16(d·Σq)
+    // stands in for d_x·Σq in the weight block's constant part c, off by |Σq|·|d − f16(d)|
+    // + |s − d·Σq| with |Σq| ≤ Σ|x|/d + 16. An f16 rounding errs by ≤ 2^-11 relative, or
+    // 2^-25 absolute for subnormals (tiny activation blocks have subnormal d).
+    let w = r::dequantize(c.fmt, &gguf, rows, cols);
     let raw = r::matvec(&w, &r::widen(&x), rows, cols, n);
+    let blocks: Vec<&[u8]> = gguf.chunks_exact(c.fmt.block_bytes()).collect();
+    let nb = cols / QK;
+    let f16_err = |v: f64| (v.abs() * 2f64.powi(-11)).max(2f64.powi(-25));
     for t in 0..n {
         for row in 0..rows {
-            let (wr, xt) = (&w[row * cols..][..cols], &x[t * cols..][..cols]);
-            let step = |c: usize| xds[2 * (t * cols / QK + c / QK)] as f64;
-            let rounding: f64 = (0..cols).map(|c| wr[c].abs() * step(c) * 0.5).sum();
-            let scale: f64 = (0..cols).map(|c| (wr[c] * xt[c] as f64).abs()).sum();
+            let (mut bound, mut scale) = (0.0, 0.0);
+            for b in 0..nb {
+                let xb = &x[(t * nb + b) * QK..][..QK];
+                let wb = &w[row * cols + b * QK..][..QK];
+                let d = xb.iter().fold(0f64, |m, v| m.max(v.abs() as f64)) / 127.0;
+                if d == 0.0 {
+                    continue; // an all-zero block is represented exactly
+                }
+                let sum_q = xb.iter().map(|v| v.abs() as f64).sum::<f64>() / d + 16.0;
+                let offset = r::q8_1_offset(c.fmt, blocks[row * nb + b]).abs();
+                bound += wb.iter().map(|w| w.abs()).sum::<f64>() * (d / 2.0 + 127.0 * f16_err(d));
+                bound += offset * (sum_q * f16_err(d) + f16_err(d * sum_q));
+                scale += wb.iter().zip(xb).map(|(w, &v)| (w * v as f64).abs()).sum::<f64>();
+            }
+            let bound = bound * (1.0 + 1e-3) + 1e-5 * scale;
             let (got, want) = (y[t * rows + row] as f64, raw[t * rows + row]);
-            let bound = rounding * (1.0 + 1e-3) + 1e-5 * scale;
             prop_assert!(
                 (got - want).abs() <= bound,
                 "{}: token {t} row {row}: {got} vs raw-activation reference {want} (bound {bound:.3e})",
@@ -140,7 +165,7 @@ fn matvec_f16(dev: &mut dyn Device, c: &F16Case) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (c.rows as usize, c.cols as usize, c.n as usize);
     let mut g = Gen::new(c.seed);
     let ws = g.magnitude(-2.0, 0.0);
-    let w: Vec<u16> = g.normals(rows * cols, ws).into_iter().map(|v| g.f16_bits(v)).collect();
+    let w: Vec<u16> = g.normals(rows * cols, ws).into_iter().map(|v| half::f16::from_f32(v).to_bits()).collect();
     let xs = g.magnitude(-2.0, 2.0);
     let x = g.normals(n * cols, xs);
     let (w_b, x_b) = (upload(dev, &w), upload(dev, &x));
@@ -163,8 +188,10 @@ kernel_properties! {
 /// Model-sized shapes (thousands of rows, up to 8192 columns): GPU only.
 #[test]
 fn gpu_matvec_large() {
-    let case = (prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]), length(5000), 1..=256u32, 1..=2u32, seed())
-        .prop_map(|(fmt, rows, blocks, n, seed)| QCase { fmt, rows, blocks, n, seed });
+    let formats = prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]);
+    let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
+    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed())
+        .prop_map(|(fmt, rows, blocks, n, wave, seed)| QCase { fmt, rows, blocks, n, wave, seed });
     common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);
 }
 

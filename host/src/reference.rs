@@ -59,11 +59,50 @@ pub fn widen(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
-/// The activations the integer mat-vec path really multiplies: element i of block b is
-/// `d_b · q_i` (`xds` holds `(d, d·Σq)` pairs per block, as the quantize kernel writes them).
+/// The activations a Q8_1 block stands for: element i of block b is `d_b · q_i` (`xds` holds
+/// the `(d, s)` pairs per block as the quantize kernel writes them, `s ≈ d·Σq`).
 pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
     assert_eq!(xq.len(), xds.len() / 2 * QK);
     xq.iter().enumerate().map(|(i, &q)| xds[2 * (i / QK)] as f64 * q as f64).collect()
+}
+
+/// The coefficient of a weight block's constant part: every element is `a_i + c` with `a_i`
+/// the part that scales the quant (Q4_0: d·n, Q4_1: d·n, Q8_0: d·q) and `c` = −8d, m, 0.
+/// A dot with a Q8_1 activation block uses the block's stored `s` for `c · d_x·Σq`, which is
+/// what the sum in Q8_1 exists for (llama.cpp's `vec_dot_q4_0_q8_1` and `_q4_1_q8_1`).
+pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
+    match fmt {
+        BlockFormat::Q4_0 => -8.0 * half(block, 0),
+        BlockFormat::Q4_1 => half(block, 2),
+        BlockFormat::Q8_0 => 0.0,
+    }
+}
+
+/// The integer mat-vec's definition on Q8_1 activations (codes `xq`, per-block `(d, s)` in
+/// `xds`): `y[t][r] = Σ_b d_x·Σ_i (w_i − c)·q_i + c·s`, with `c` from [`q8_1_offset`].
+/// Equal to `matvec(w, q8_activations(..))` when `s = d·Σq` exactly.
+pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32]) -> Vec<f64> {
+    let nb = cols / QK;
+    let n = xq.len() / cols;
+    assert!(cols % QK == 0 && xq.len() == n * cols && xds.len() == 2 * n * nb);
+    let blocks: Vec<&[u8]> = gguf.chunks_exact(fmt.block_bytes()).collect();
+    assert_eq!(blocks.len(), rows * nb);
+    let mut y = Vec::with_capacity(n * rows);
+    for t in 0..n {
+        for r in 0..rows {
+            let mut acc = 0.0;
+            for b in 0..nb {
+                let wb = blocks[r * nb + b];
+                let (w, c) = (dequantize_block(fmt, wb), q8_1_offset(fmt, wb));
+                let (d, s) = (xds[2 * (t * nb + b)] as f64, xds[2 * (t * nb + b) + 1] as f64);
+                let q = &xq[(t * nb + b) * QK..][..QK];
+                let dot: f64 = w.iter().zip(q).map(|(wi, &qi)| (wi - c) * qi as f64).sum();
+                acc += d * dot + c * s;
+            }
+            y.push(acc);
+        }
+    }
+    y
 }
 
 /// `y[t][r] = Σ_c w[r][c] · x[t][c]` for `n` activation rows.

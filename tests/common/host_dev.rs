@@ -114,6 +114,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for HostShapes<P> {
     fn matvec(&self, rows: u32, n: u32) -> Dims {
         launch::matvec::<P>(rows, n)
     }
+    fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
+        launch::matvec_resident::<P>(rows, n, sms)
+    }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)
     }

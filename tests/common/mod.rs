@@ -150,11 +150,20 @@ impl Device for GpuDev {
     }
 }
 
-/// Cases per property on the host executor: small, because every launch there spawns one OS
-/// thread per GPU thread and the suite must stay quick on two cores.
-pub const HOST_CASES: u32 = 16;
-/// Cases per property on a GPU, where a case costs milliseconds.
-pub const GPU_CASES: u32 = 256;
+/// Cases per property on the host executor: few, because every launch there spawns one OS
+/// thread per GPU thread and the suite must stay quick on two cores. `KILN_HOST_CASES`
+/// overrides (a nightly job can afford more).
+pub fn host_cases() -> u32 {
+    env_cases("KILN_HOST_CASES", 16)
+}
+/// Cases per property on a GPU, where a case costs milliseconds (`KILN_GPU_CASES` overrides).
+pub fn gpu_cases() -> u32 {
+    env_cases("KILN_GPU_CASES", 256)
+}
+
+fn env_cases(var: &str, default: u32) -> u32 {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 fn runner(cases: u32) -> TestRunner {
     // No regression files (the harness is not the `proptest!` macro), bounded shrinking since
@@ -206,11 +215,11 @@ macro_rules! kernel_properties {
     ($( $host:ident, $gpu:ident: $strategy:expr => $prop:path; )*) => {$(
         #[test]
         fn $host() {
-            common::run_host(common::HOST_CASES, $strategy, $prop);
+            common::run_host(common::host_cases(), $strategy, $prop);
         }
         #[test]
         fn $gpu() {
-            common::run_gpu(stringify!($gpu), common::GPU_CASES, $strategy, $prop);
+            common::run_gpu(stringify!($gpu), common::gpu_cases(), $strategy, $prop);
         }
     )*};
 }

@@ -52,7 +52,8 @@ unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8] {
 }
 
 /// `y` (`n × rows`) = `x` · Wᵀ with W (`rows × cols`) in split layout `F` (`qs` 16-byte aligned)
-/// and `x` already quantized by [`quantize_q8_1`]. Launch: [`launch::matvec`].
+/// and `x` already quantized by [`quantize_q8_1`]. Launch: [`launch::matvec`], or fewer blocks along
+/// x (`launch::matvec_resident`): blocks stride over the row groups.
 ///
 /// [`launch::matvec`]: crate::kernels::launch::matvec
 pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
@@ -110,48 +111,56 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
 ) {
     let nb = (cols / QK as u32) as usize;
     let (rows, t) = (rows as usize, block_idx_y() as usize);
-    let row0 = (block_idx() * P::MATVEC_WARPS + warp_id()) as usize * R;
     let xq_row = unsafe { xq.add(t * nb * 8) };
     let xds_row = unsafe { xds.add(t * nb * 2) };
-    let mut acc = [0f32; R];
-    let mut b0 = lane() as usize;
-    while b0 < nb {
-        let mut xw = [[0u32; 8]; U];
-        let mut xd = [(0f32, 0f32); U];
-        let mut w = [[[0u32; 8]; U]; R];
-        for u in 0..U {
-            let b = b0 + u * WARP as usize;
-            if b < nb {
-                let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
-                let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
-                xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
-                for (r, wr) in w.iter_mut().enumerate() {
-                    if row0 + r < rows {
-                        wr[u] = unsafe { load_block_quants::<F>(qs.add(((row0 + r) * nb + b) * F::QS_WORDS)) };
+    // Grid-stride over groups of `MATVEC_WARPS·R` rows: `launch::matvec_resident` launches
+    // at most one resident wave of blocks, fewer than there are groups. The loop condition is
+    // the same for the whole block, so every lane reaches the warp_sum below.
+    let group_rows = (P::MATVEC_WARPS as usize) * R;
+    let mut group = block_idx() as usize;
+    while group * group_rows < rows {
+        let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
+        let mut acc = [0f32; R];
+        let mut b0 = lane() as usize;
+        while b0 < nb {
+            let mut xw = [[0u32; 8]; U];
+            let mut xd = [(0f32, 0f32); U];
+            let mut w = [[[0u32; 8]; U]; R];
+            for u in 0..U {
+                let b = b0 + u * WARP as usize;
+                if b < nb {
+                    let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
+                    let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
+                    xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                    xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
+                    for (r, wr) in w.iter_mut().enumerate() {
+                        if row0 + r < rows {
+                            wr[u] = unsafe { load_block_quants::<F>(qs.add(((row0 + r) * nb + b) * F::QS_WORDS)) };
+                        }
                     }
                 }
             }
-        }
-        for u in 0..U {
-            let b = b0 + u * WARP as usize;
-            if b < nb {
-                for (r, a) in acc.iter_mut().enumerate() {
-                    if row0 + r < rows {
-                        let sc = unsafe { scales.add(((row0 + r) * nb + b) * F::SCALE_BYTES) };
-                        *a += F::block_dot(&w[r][u], sc, &xw[u], xd[u].0, xd[u].1);
+            for u in 0..U {
+                let b = b0 + u * WARP as usize;
+                if b < nb {
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        if row0 + r < rows {
+                            let sc = unsafe { scales.add(((row0 + r) * nb + b) * F::SCALE_BYTES) };
+                            *a += F::block_dot(&w[r][u], sc, &xw[u], xd[u].0, xd[u].1);
+                        }
                     }
                 }
             }
+            b0 += U * WARP as usize;
         }
-        b0 += U * WARP as usize;
-    }
-    for (r, a) in acc.iter().enumerate() {
-        let s = warp_sum(*a);
-        let row = row0 + r;
-        if lane() == 0 && row < rows {
-            unsafe { *y.add(t * rows + row) = s };
+        for (r, a) in acc.iter().enumerate() {
+            let s = warp_sum(*a);
+            let row = row0 + r;
+            if lane() == 0 && row < rows {
+                unsafe { *y.add(t * rows + row) = s };
+            }
         }
+        group += grid_dim() as usize;
     }
 }
 

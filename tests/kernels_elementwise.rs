@@ -1,0 +1,220 @@
+//! Properties of `kernels/elementwise.rs`: RoPE (normal and NeoX, full and partial rotary),
+//! SwiGLU, residual add, embedding lookup from every table format, and the f16 KV-cache store.
+//! Thread counts are rarely a multiple of the block size, so the tail guard is always tested.
+mod common;
+
+use common::data::{Gen, head_dim, length, seed};
+use common::reference::{self as r, BlockFormat, QK};
+use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct RopeCase {
+    n: u32,
+    heads: u32,
+    head_dim: u32,
+    partial: bool,
+    pos0: u32,
+    neox: bool,
+    theta: f32,
+    seed: u64,
+}
+
+fn rope_case() -> impl Strategy<Value = RopeCase> {
+    let pos0 = prop_oneof![0..8u32, 0..5000u32];
+    let theta = prop::sample::select(vec![10_000f32, 500_000.0, 1_000_000.0]);
+    (1..=3u32, 1..=4u32, head_dim(), any::<bool>(), pos0, any::<bool>(), theta, seed()).prop_map(
+        |(n, heads, head_dim, partial, pos0, neox, theta, seed)| RopeCase { n, heads, head_dim, partial, pos0, neox, theta, seed },
+    )
+}
+
+fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
+    let (n, heads, hd) = (c.n as usize, c.heads as usize, c.head_dim as usize);
+    let rot = if c.partial { hd / 2 } else { hd };
+    let mut g = Gen::new(c.seed);
+    let xs = g.magnitude(-1.0, 1.0);
+    let x = g.normals(n * heads * hd, xs);
+    let xb = upload(dev, &x);
+    let log2_base = c.theta.log2();
+    let threads = (n * heads * rot / 2) as u32;
+    let dims = dev.shapes().flat(threads);
+    let args = [xb.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot as u32), Arg::U32(c.pos0), Arg::F32(log2_base), Arg::U32(c.neox as u32), Arg::U32(threads)];
+    dev.launch(names::kiln_rope, dims, &args);
+    let out = download::<f32>(dev, &xb);
+    check_written(dev, "rope", &out)?;
+    // The kernel's inputs define the reference: the f32 log2(theta) it was given, exactly.
+    let want = r::rope(&x, heads, hd, rot, c.pos0 as usize, 2f64.powf(log2_base as f64), c.neox);
+    // Angles are pos · freq in f32 (and freq is an approximate exp2 on the GPU), so the angle
+    // error grows with the position: ~2^-22 relative of pos, a few 1e-4 rad at pos 5000.
+    let max_pos = (c.pos0 + c.n) as f64;
+    check_err(dev, "rope", r::rel_err(&out, &want), 1e-5 + 4e-7 * max_pos)?;
+    // Dims past the rotary part pass through untouched, bit for bit.
+    for (i, (&o, &v)) in out.iter().zip(&x).enumerate() {
+        if i % hd >= rot {
+            prop_assert!(o.to_bits() == v.to_bits(), "{}: dim {} of a head changed", dev.label(), i % hd);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+struct FlatCase {
+    len: u32,
+    seed: u64,
+}
+
+fn flat_case() -> impl Strategy<Value = FlatCase> {
+    (length(2000), seed()).prop_map(|(len, seed)| FlatCase { len, seed })
+}
+
+fn swiglu(dev: &mut dyn Device, c: &FlatCase) -> Result<(), TestCaseError> {
+    let mut g = Gen::new(c.seed);
+    let len = c.len as usize;
+    // Gates out to ±100: silu saturates (exp overflow must give -0, not NaN).
+    let gate: Vec<f32> = (0..len).map(|_| if g.chance(0.05) { g.uniform(-100.0, 100.0) } else { 4.0 * g.normal() }).collect();
+    let us = g.magnitude(-1.0, 1.0);
+    let up = g.normals(len, us);
+    let (gb, ub) = (upload(dev, &gate), upload(dev, &up));
+    let ob = poisoned::<f32>(dev, len, 0xff);
+    dev.launch(names::kiln_swiglu, dev.shapes().flat(c.len), &[gb.arg(), ub.arg(), ob.arg(), Arg::U32(c.len)]);
+    let out = download::<f32>(dev, &ob);
+    check_written(dev, "swiglu", &out)?;
+    check_err(dev, "swiglu", r::rel_err(&out, &r::swiglu(&gate, &up)), 1e-5)
+}
+
+fn add_assign(dev: &mut dyn Device, c: &FlatCase) -> Result<(), TestCaseError> {
+    let mut g = Gen::new(c.seed);
+    let len = c.len as usize;
+    let (sa, sx) = (g.magnitude(-2.0, 2.0), g.magnitude(-2.0, 2.0));
+    let acc = g.normals(len, sa);
+    let x = g.normals(len, sx);
+    // One past the end: a guard value the tail threads must not touch.
+    let mut acc_ext = acc.clone();
+    acc_ext.push(1234.5);
+    let (ab, xb) = (upload(dev, &acc_ext), upload(dev, &x));
+    dev.launch(names::kiln_add_assign, dev.shapes().flat(c.len), &[ab.arg(), xb.arg(), Arg::U32(c.len)]);
+    let out = download::<f32>(dev, &ab);
+    prop_assert!(out[len] == 1234.5, "{}: add_assign wrote past len", dev.label());
+    // One f32 rounding per element.
+    check_err(dev, "add_assign", r::rel_err(&out[..len], &r::add(&acc, &x)), 1e-6)
+}
+
+/// Embedding table formats: the three split block formats and plain f16.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Table {
+    Block(BlockFormat),
+    F16,
+}
+
+#[derive(Clone, Debug)]
+struct EmbedCase {
+    table: Table,
+    vocab: u32,
+    blocks: u32,
+    ids: Vec<u32>,
+    seed: u64,
+}
+
+fn embed_case() -> impl Strategy<Value = EmbedCase> {
+    let table = prop::sample::select(vec![Table::Block(BlockFormat::Q4_0), Table::Block(BlockFormat::Q4_1), Table::Block(BlockFormat::Q8_0), Table::F16]);
+    (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
+        // Ids anywhere in the table, repeats allowed, the last row reachable.
+        prop::collection::vec(0..vocab, 1..=6).prop_map(move |ids| EmbedCase { table, vocab, blocks, ids, seed })
+    })
+}
+
+fn split<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    let (qb, sb) = split_plane_bytes::<F>(rows, cols);
+    let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+    assert!(split_gguf_blocks::<F>(gguf, rows, cols, &mut qs, &mut sc));
+    (qs, sc)
+}
+
+fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
+    let (vocab, cols, n) = (c.vocab as usize, c.blocks as usize * QK, c.ids.len());
+    let mut g = Gen::new(c.seed);
+    let threads = (n * cols) as u32;
+    let ids_b = upload(dev, &c.ids);
+    let out_b = poisoned::<f32>(dev, n * cols, 0xff);
+    let dims = dev.shapes().flat(threads);
+    let table = match c.table {
+        Table::F16 => {
+            let t: Vec<u16> = g.normals(vocab * cols, 0.1).into_iter().map(|v| half::f16::from_f32(v).to_bits()).collect();
+            let tb = upload(dev, &t);
+            let args = [tb.arg(), ids_b.arg(), out_b.arg(), Arg::U32(cols as u32), Arg::U32(threads)];
+            dev.launch(names::kiln_embed_f16, dims, &args);
+            r::f16_values(&t)
+        }
+        Table::Block(fmt) => {
+            let gguf = g.gguf_blocks(fmt, vocab * cols / QK);
+            let ((qs, sc), entry) = match fmt {
+                BlockFormat::Q4_0 => (split::<formats::Q4_0>(&gguf, vocab, cols), names::kiln_embed_q4_0),
+                BlockFormat::Q4_1 => (split::<formats::Q4_1>(&gguf, vocab, cols), names::kiln_embed_q4_1),
+                BlockFormat::Q8_0 => (split::<formats::Q8_0>(&gguf, vocab, cols), names::kiln_embed_q8_0),
+            };
+            let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));
+            let args = [qb.arg(), sb.arg(), ids_b.arg(), out_b.arg(), Arg::U32(cols as u32), Arg::U32(threads)];
+            dev.launch(entry, dims, &args);
+            r::dequantize(fmt, &gguf, vocab, cols)
+        }
+    };
+    let out = download::<f32>(dev, &out_b);
+    check_written(dev, "embed", &out)?;
+    // Dequantization is exact but for Q4_1's one rounding of d·q + m.
+    check_err(dev, "embed", r::rel_err(&out, &r::embed(&table, &c.ids, cols)), 1e-6)
+}
+
+#[derive(Clone, Debug)]
+struct KvCase {
+    n: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    pos0: u32,
+    spare: u32,
+    seed: u64,
+}
+
+fn kv_case() -> impl Strategy<Value = KvCase> {
+    (1..=4u32, 1..=4u32, head_dim(), 0..40u32, 0..3u32, seed())
+        .prop_map(|(n, kv_heads, head_dim, pos0, spare, seed)| KvCase { n, kv_heads, head_dim, pos0, spare, seed })
+}
+
+fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
+    let (n, kvh, hd) = (c.n as usize, c.kv_heads as usize, c.head_dim as usize);
+    let max_ctx = (c.pos0 + c.n + c.spare) as usize;
+    let mut g = Gen::new(c.seed);
+    // Magnitudes from f16 subnormals to past f16's range (rounds to ±inf).
+    let src: Vec<f32> = (0..n * kvh * hd).map(|_| g.sign() * g.magnitude(-7.0, 4.9)).collect();
+    // The cache starts as NaN halves with distinct payloads: slots outside the stored
+    // positions must keep theirs, bit for bit.
+    let mut cache: Vec<u16> = (0..kvh * max_ctx * hd).map(|i| 0x7e00 | (i as u16 & 0x1ff)).collect();
+    let (sb, cb) = (upload(dev, &src), upload(dev, &cache));
+    let threads = (n * kvh * hd) as u32;
+    let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(c.pos0), Arg::U32(threads)];
+    dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
+    let got = download::<u16>(dev, &cb);
+    r::kv_store(&mut cache, &src, kvh, hd, max_ctx, c.pos0 as usize);
+    if let Some(i) = got.iter().zip(&cache).position(|(a, b)| a != b) {
+        let (h, p, d) = (i / (max_ctx * hd), i / hd % max_ctx, i % hd);
+        prop_assert!(false, "{}: cache[head {h}, pos {p}, dim {d}] = {:#06x}, want {:#06x}", dev.label(), got[i], cache[i]);
+    }
+    Ok(())
+}
+
+kernel_properties! {
+    host_rope, gpu_rope: rope_case() => rope;
+    host_swiglu, gpu_swiglu: flat_case() => swiglu;
+    host_add_assign, gpu_add_assign: flat_case() => add_assign;
+    host_embed, gpu_embed: embed_case() => embed;
+    host_kv_store, gpu_kv_store: kv_case() => kv_store;
+}
+
+/// Long contexts and many heads: GPU only.
+#[test]
+fn gpu_rope_long_context() {
+    let case = (1..=16u32, 1..=64u32, head_dim(), any::<bool>(), 0..32768u32, any::<bool>(), seed()).prop_map(
+        |(n, heads, head_dim, partial, pos0, neox, seed)| RopeCase { n, heads, head_dim, partial, pos0, neox, theta: 1_000_000.0, seed },
+    );
+    common::run_gpu("gpu_rope_long_context", 32, case, rope);
+}

@@ -1,0 +1,79 @@
+//! Properties of `kernels/norm.rs`: RMSNorm and softmax, one block per row. Column counts
+//! cover fewer columns than threads (most threads idle), exactly a block (256), and several
+//! strides per thread; both run out of place (poisoned output) and in place.
+mod common;
+
+use common::data::{Gen, length, seed};
+use common::reference as r;
+use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct RowCase {
+    rows: u32,
+    cols: u32,
+    in_place: bool,
+    seed: u64,
+}
+
+fn row_case() -> impl Strategy<Value = RowCase> {
+    (1..=6u32, length(700), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+}
+
+/// Launch a per-row kernel whose output is `x`'s shape; returns the output.
+fn run_rows(dev: &mut dyn Device, c: &RowCase, x: &[f32], entry: &'static str, args: impl Fn(common::Buf, common::Buf) -> Vec<Arg>) -> Vec<f32> {
+    let xb = upload(dev, x);
+    let out = if c.in_place { xb } else { poisoned::<f32>(dev, x.len(), 0xff) };
+    let dims = dev.shapes().per_row(c.rows);
+    dev.launch(entry, dims, &args(xb, out));
+    download::<f32>(dev, &out)
+}
+
+fn rms_norm(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, c.cols as usize);
+    let mut g = Gen::new(c.seed);
+    let mut x = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let s = g.magnitude(-3.0, 3.0); // rows of very different scale: each normalizes alone
+        x.extend(g.normals(cols, s));
+    }
+    let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect(); // either sign
+    let eps = if g.chance(0.5) { 1e-6 } else { 1e-5 };
+    let wb = upload(dev, &w);
+    let out = run_rows(dev, c, &x, names::kiln_rms_norm, |xb, ob| vec![xb.arg(), wb.arg(), ob.arg(), Arg::U32(c.cols), Arg::F32(eps)]);
+    check_written(dev, "rms_norm", &out)?;
+    check_err(dev, "rms_norm", r::rel_err(&out, &r::rms_norm(&x, &w, cols, eps as f64)), 1e-5)
+}
+
+fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, c.cols as usize);
+    let mut g = Gen::new(c.seed);
+    let mut x = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        // Logit spreads from nearly uniform to one-hot; an offset checks the max subtraction
+        // (exp(100) alone would overflow f32).
+        let (spread, offset) = (g.magnitude(-2.0, 1.5), g.uniform(-100.0, 100.0));
+        x.extend(g.normals(cols, spread).into_iter().map(|v| v + offset));
+    }
+    let out = run_rows(dev, c, &x, names::kiln_softmax, |xb, ob| vec![xb.arg(), ob.arg(), Arg::U32(c.cols)]);
+    check_written(dev, "softmax", &out)?;
+    check_err(dev, "softmax", r::rel_err(&out, &r::softmax(&x, cols)), 1e-5)?;
+    for (row, o) in out.chunks_exact(cols).enumerate() {
+        let s: f64 = o.iter().map(|&v| v as f64).sum();
+        prop_assert!((s - 1.0).abs() <= 1e-5, "{}: row {row} sums to {s}", dev.label());
+    }
+    Ok(())
+}
+
+kernel_properties! {
+    host_rms_norm, gpu_rms_norm: row_case() => rms_norm;
+    host_softmax, gpu_softmax: row_case() => softmax;
+}
+
+/// Model-sized rows (hidden sizes up to 16k, vocab-sized softmax): GPU only.
+#[test]
+fn gpu_norm_large() {
+    let case = || (1..=64u32, length(16384), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed });
+    common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
+    common::run_gpu("gpu_norm_large", 32, case(), softmax);
+}
