@@ -19,7 +19,10 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
     }
     pub fn system(content: impl Into<String>) -> Self {
         Self::new("system", content)
@@ -59,10 +62,12 @@ fn token_text(g: &GgufFile, key: &str) -> Result<String> {
     let tokens = g
         .get_str_array("tokenizer.ggml.tokens")
         .context("reading tokenizer.ggml.tokens")?;
-    tokens
-        .get(id)
-        .map(|s| s.to_string())
-        .ok_or_else(|| anyhow!("{key} = {id} is outside tokenizer.ggml.tokens ({} entries)", tokens.len()))
+    tokens.get(id).map(|s| s.to_string()).ok_or_else(|| {
+        anyhow!(
+            "{key} = {id} is outside tokenizer.ggml.tokens ({} entries)",
+            tokens.len()
+        )
+    })
 }
 
 impl ChatTemplate {
@@ -87,12 +92,19 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<JValue, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, format!("chat template raised: {msg}")))
+            Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("chat template raised: {msg}"),
+            ))
         });
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source.to_string())
             .map_err(|e| anyhow!("chat template does not compile: {e:#}"))?;
-        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
     }
 
     /// Renders `messages`; with `add_generation_prompt` the result ends with the opening of an
@@ -142,8 +154,18 @@ fn strftime_now(format: String) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let mname = MONTHS[(month - 1) as usize];
     let mut out = String::new();

@@ -48,7 +48,10 @@ impl Default for SamplerConfig {
 impl SamplerConfig {
     /// Greedy decoding (no penalties).
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 }
 
@@ -63,7 +66,11 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(config: SamplerConfig) -> Self {
         let rng = StdRng::seed_from_u64(config.seed);
-        Self { config, rng, cand: Vec::new() }
+        Self {
+            config,
+            rng,
+            cand: Vec::new(),
+        }
     }
 
     pub fn config(&self) -> &SamplerConfig {
@@ -168,7 +175,8 @@ fn softmax(logits: impl Iterator<Item = f32> + Clone) -> Vec<f64> {
 
 /// Repeat, presence and frequency penalties over the last `repeat_last_n` history tokens.
 fn apply_penalties(c: &SamplerConfig, logits: &mut [f32], history: &[u32]) {
-    let neutral = c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+    let neutral =
+        c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
     if neutral || c.repeat_last_n == 0 || history.is_empty() {
         return;
     }
@@ -178,7 +186,9 @@ fn apply_penalties(c: &SamplerConfig, logits: &mut [f32], history: &[u32]) {
         *counts.entry(t).or_default() += 1;
     }
     for (&t, &n) in &counts {
-        let Some(l) = logits.get_mut(t as usize) else { continue };
+        let Some(l) = logits.get_mut(t as usize) else {
+            continue;
+        };
         if *l <= 0.0 {
             *l *= c.repeat_penalty;
         } else {
@@ -210,14 +220,25 @@ pub struct StopStrings {
 impl StopStrings {
     /// Empty stop strings are ignored.
     pub fn new<S: Into<String>>(stops: impl IntoIterator<Item = S>) -> Self {
-        let stops = stops.into_iter().map(Into::into).filter(|s: &String| !s.is_empty()).collect();
-        Self { stops, held: String::new(), done: false }
+        let stops = stops
+            .into_iter()
+            .map(Into::into)
+            .filter(|s: &String| !s.is_empty())
+            .collect();
+        Self {
+            stops,
+            held: String::new(),
+            done: false,
+        }
     }
 
     /// Feeds a chunk. After a stop, further chunks yield nothing.
     pub fn push(&mut self, chunk: &str) -> StopOutput {
         if self.done {
-            return StopOutput { emit: String::new(), stopped: None };
+            return StopOutput {
+                emit: String::new(),
+                stopped: None,
+            };
         }
         self.held.push_str(chunk);
         // Earliest match wins; at equal positions the earlier-listed stop string.
@@ -231,13 +252,19 @@ impl StopStrings {
             let emit = self.held[..pos].to_string();
             self.held.clear();
             self.done = true;
-            return StopOutput { emit, stopped: Some(i) };
+            return StopOutput {
+                emit,
+                stopped: Some(i),
+            };
         }
         let keep = self.partial_suffix_len();
         let cut = self.held.len() - keep;
         let emit = self.held[..cut].to_string();
         self.held.drain(..cut);
-        StopOutput { emit, stopped: None }
+        StopOutput {
+            emit,
+            stopped: None,
+        }
     }
 
     /// The text still held back (end of generation without a stop: show it).

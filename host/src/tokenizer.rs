@@ -20,10 +20,10 @@ use std::collections::HashMap;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
 use crate::gguf::GgufFile;
@@ -101,10 +101,13 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("model", &match self.kind {
-                Kind::Bpe { .. } => "gpt2",
-                Kind::Spm { .. } => "llama",
-            })
+            .field(
+                "model",
+                &match self.kind {
+                    Kind::Bpe { .. } => "gpt2",
+                    Kind::Spm { .. } => "llama",
+                },
+            )
             .field("vocab_size", &self.tokens.len())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
@@ -129,7 +132,9 @@ fn opt_bool(g: &GgufFile, key: &str) -> Result<Option<bool>> {
     if g.get(key).is_none() {
         return Ok(None);
     }
-    Ok(Some(g.get_bool(key).with_context(|| format!("reading {key}"))?))
+    Ok(Some(
+        g.get_bool(key).with_context(|| format!("reading {key}"))?,
+    ))
 }
 
 impl Tokenizer {
@@ -146,7 +151,10 @@ impl Tokenizer {
             .collect();
         let n = tokens.len();
         ensure!(n > 0, "tokenizer.ggml.tokens is empty");
-        ensure!(n <= u32::MAX as usize, "tokenizer.ggml.tokens has {n} entries, too many");
+        ensure!(
+            n <= u32::MAX as usize,
+            "tokenizer.ggml.tokens has {n} entries, too many"
+        );
         let types: Vec<TokenType> = if g.get("tokenizer.ggml.token_type").is_some() {
             let raw = g
                 .get_i32_array("tokenizer.ggml.token_type")
@@ -160,7 +168,9 @@ impl Tokenizer {
                 .enumerate()
                 .map(|(i, &t)| {
                     TokenType::from_id(t).ok_or_else(|| {
-                        anyhow!("tokenizer.ggml.token_type[{i}] = {t} is not a known token type (1..=6)")
+                        anyhow!(
+                            "tokenizer.ggml.token_type[{i}] = {t} is not a known token type (1..=6)"
+                        )
                     })
                 })
                 .collect::<Result<_>>()?
@@ -180,7 +190,9 @@ impl Tokenizer {
             "gpt2" => {
                 let pre_name = match g.get("tokenizer.ggml.pre") {
                     None => "default",
-                    Some(_) => g.get_str("tokenizer.ggml.pre").context("reading tokenizer.ggml.pre")?,
+                    Some(_) => g
+                        .get_str("tokenizer.ggml.pre")
+                        .context("reading tokenizer.ggml.pre")?,
                 };
                 let pre = pretok::lookup(pre_name).ok_or_else(|| {
                     anyhow!(
@@ -189,14 +201,16 @@ impl Tokenizer {
                     )
                 })?;
                 let hf = build_bpe(g, &tokens, pre).with_context(|| {
-                    format!("building the byte-level BPE tokenizer (tokenizer.ggml.pre = {pre_name:?})")
+                    format!(
+                        "building the byte-level BPE tokenizer (tokenizer.ggml.pre = {pre_name:?})"
+                    )
                 })?;
                 (Kind::Bpe { hf: Box::new(hf) }, pre.add_bos)
             }
             "llama" => {
-                let scores = g
-                    .get_f32_array("tokenizer.ggml.scores")
-                    .context("reading tokenizer.ggml.scores (required for tokenizer.ggml.model = \"llama\")")?;
+                let scores = g.get_f32_array("tokenizer.ggml.scores").context(
+                    "reading tokenizer.ggml.scores (required for tokenizer.ggml.model = \"llama\")",
+                )?;
                 ensure!(
                     scores.len() == n,
                     "tokenizer.ggml.scores has {} entries but tokenizer.ggml.tokens has {n}",
@@ -208,7 +222,14 @@ impl Tokenizer {
                 }
                 let add_space_prefix =
                     opt_bool(g, "tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
-                (Kind::Spm { scores, byte_ids, add_space_prefix }, true)
+                (
+                    Kind::Spm {
+                        scores,
+                        byte_ids,
+                        add_space_prefix,
+                    },
+                    true,
+                )
             }
             other => bail!(
                 "tokenizer.ggml.model = {other:?} is not supported (kiln supports \"gpt2\" and \"llama\")"
@@ -222,8 +243,10 @@ impl Tokenizer {
             .iter()
             .enumerate()
             .filter(|(i, t)| {
-                matches!(t, TokenType::Control | TokenType::UserDefined | TokenType::Unknown)
-                    && !tokens[*i].is_empty()
+                matches!(
+                    t,
+                    TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+                ) && !tokens[*i].is_empty()
             })
             .map(|(i, _)| (tokens[i].clone(), i as u32))
             .collect();
@@ -250,7 +273,19 @@ impl Tokenizer {
             }
         }
 
-        Ok(Self { kind, tokens, types, lookup, specials, bos, eos, unk, eot, add_bos, add_eos })
+        Ok(Self {
+            kind,
+            tokens,
+            types,
+            lookup,
+            specials,
+            bos,
+            eos,
+            unk,
+            eot,
+            add_bos,
+            add_eos,
+        })
     }
 
     /// Tokenizes `text`, recognising special tokens written in it. With `add_bos`, the BOS token
@@ -298,7 +333,11 @@ impl Tokenizer {
                     .map_err(|e| anyhow!("BPE tokenization failed: {e}"))?;
                 out.extend_from_slice(enc.get_ids());
             }
-            Kind::Spm { scores, byte_ids, add_space_prefix } => {
+            Kind::Spm {
+                scores,
+                byte_ids,
+                add_space_prefix,
+            } => {
                 let mut s = String::with_capacity(text.len() + 3);
                 if *add_space_prefix && after_special {
                     s.push('▁');
@@ -306,7 +345,13 @@ impl Tokenizer {
                 for ch in text.chars() {
                     s.push(if ch == ' ' { '▁' } else { ch });
                 }
-                spm::Spm { lookup: &self.lookup, scores, byte_ids, unk: self.unk }.encode(&s, out);
+                spm::Spm {
+                    lookup: &self.lookup,
+                    scores,
+                    byte_ids,
+                    unk: self.unk,
+                }
+                .encode(&s, out);
             }
         }
         Ok(())
@@ -355,9 +400,13 @@ impl Tokenizer {
         };
         let ty = self.types[id as usize];
         match (&self.kind, ty) {
-            (_, TokenType::Control | TokenType::UserDefined | TokenType::Unknown | TokenType::Unused) => {
-                text.as_bytes().to_vec()
-            }
+            (
+                _,
+                TokenType::Control
+                | TokenType::UserDefined
+                | TokenType::Unknown
+                | TokenType::Unused,
+            ) => text.as_bytes().to_vec(),
             (Kind::Bpe { .. }, _) => byte_level_decode(text),
             (Kind::Spm { .. }, TokenType::Byte) => parse_byte_token(text)
                 .map(|b| vec![b])
@@ -385,7 +434,13 @@ impl Tokenizer {
 
     /// Whether decoding should drop one leading space (SentencePiece's added space prefix).
     pub(crate) fn strips_leading_space(&self) -> bool {
-        matches!(self.kind, Kind::Spm { add_space_prefix: true, .. })
+        matches!(
+            self.kind,
+            Kind::Spm {
+                add_space_prefix: true,
+                ..
+            }
+        )
     }
 
     /// The vocabulary's spelling of token `id` (byte-level or `▁` form), `None` if out of range.
@@ -451,14 +506,16 @@ fn build_bpe(g: &GgufFile, tokens: &[String], pre: pretok::PreTokenizer) -> Resu
     for (i, m) in merges_raw.iter().enumerate() {
         // The separator is the first space after the first character (a token may be " ").
         let first = m.chars().next().map_or(0, char::len_utf8);
-        let sp = m[first..]
-            .find(' ')
-            .map(|p| p + first)
-            .ok_or_else(|| anyhow!("tokenizer.ggml.merges[{i}] = {m:?} has no space separating the pair"))?;
+        let sp = m[first..].find(' ').map(|p| p + first).ok_or_else(|| {
+            anyhow!("tokenizer.ggml.merges[{i}] = {m:?} has no space separating the pair")
+        })?;
         merges.push((m[..sp].to_string(), m[sp + 1..].to_string()));
     }
-    let vocab: tokenizers::models::bpe::Vocab =
-        tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(pre.ignore_merges)
@@ -466,8 +523,12 @@ fn build_bpe(g: &GgufFile, tokens: &[String], pre: pretok::PreTokenizer) -> Resu
         .map_err(|e| anyhow!("tokenizer.ggml.merges/tokens are inconsistent: {e}"))?;
     let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
     for pat in pre.patterns {
-        let split = Split::new(SplitPattern::Regex(pat.to_string()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| anyhow!("compiling split regex {pat:?}: {e}"))?;
+        let split = Split::new(
+            SplitPattern::Regex(pat.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| anyhow!("compiling split regex {pat:?}: {e}"))?;
         steps.push(split.into());
     }
     steps.push(ByteLevel::new(false, false, false).into());
@@ -488,7 +549,8 @@ fn parse_byte_token(text: &str) -> Option<u8> {
 /// The GPT-2 byte alphabet: printable bytes stand for themselves, the other 68 bytes are
 /// shifted to U+0100 upwards in byte order. Returns the byte a character stands for.
 fn byte_level_char_to_byte(c: char) -> Option<u8> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let cp = c as u32;
     if cp < 256 && printable(cp) {
         return Some(cp as u8);

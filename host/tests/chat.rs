@@ -7,22 +7,30 @@ use kiln_host::chat::{ChatTemplate, Message};
 use kiln_host::gguf::{GgufFile, GgufWriter, Value};
 
 fn qwen3_template() -> ChatTemplate {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer/qwen3/tokenizer_config.json");
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tokenizer/qwen3/tokenizer_config.json");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     ChatTemplate::new(cfg["chat_template"].as_str().unwrap(), "", "<|im_end|>").unwrap()
 }
 
 #[test]
 fn smollm2_template_from_gguf() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
         eprintln!("SKIP: {} not present", path.display());
         return;
     }
     let g = GgufFile::open(&path).unwrap();
-    let t = ChatTemplate::from_gguf(&g).unwrap().expect("SmolLM2 has a chat template");
+    let t = ChatTemplate::from_gguf(&g)
+        .unwrap()
+        .expect("SmolLM2 has a chat template");
     let out = t
-        .render(&[Message::system("You are terse."), Message::user("Hi")], true)
+        .render(
+            &[Message::system("You are terse."), Message::user("Hi")],
+            true,
+        )
         .unwrap();
     assert_eq!(
         out,
@@ -30,14 +38,18 @@ fn smollm2_template_from_gguf() {
     );
     // Without a system message the template inserts its default one.
     let out = t.render(&[Message::user("Hi")], false).unwrap();
-    assert!(out.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"), "{out}");
+    assert!(
+        out.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"),
+        "{out}"
+    );
     assert!(out.ends_with("<|im_start|>user\nHi<|im_end|>\n"), "{out:?}");
 }
 
 #[test]
 fn no_template_is_none() {
     let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", Value::String("llama".into())).unwrap();
+    w.add_metadata("general.architecture", Value::String("llama".into()))
+        .unwrap();
     let g = GgufFile::from_bytes(w.to_vec(&[]).unwrap()).unwrap();
     assert!(ChatTemplate::from_gguf(&g).unwrap().is_none());
 }
@@ -45,10 +57,16 @@ fn no_template_is_none() {
 #[test]
 fn bos_eos_come_from_the_vocabulary() {
     let mut w = GgufWriter::new();
-    let toks = ["<unk>", "<s>", "</s>"].iter().map(|s| Value::String(s.to_string())).collect();
-    w.add_metadata("tokenizer.ggml.tokens", Value::Array(toks)).unwrap();
-    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(1)).unwrap();
-    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(2)).unwrap();
+    let toks = ["<unk>", "<s>", "</s>"]
+        .iter()
+        .map(|s| Value::String(s.to_string()))
+        .collect();
+    w.add_metadata("tokenizer.ggml.tokens", Value::Array(toks))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .unwrap();
     w.add_metadata(
         "tokenizer.chat_template",
         Value::String("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content | trim }}{{ eos_token }}{% endfor %}".into()),
@@ -56,7 +74,10 @@ fn bos_eos_come_from_the_vocabulary() {
     .unwrap();
     let g = GgufFile::from_bytes(w.to_vec(&[]).unwrap()).unwrap();
     let t = ChatTemplate::from_gguf(&g).unwrap().unwrap();
-    assert_eq!(t.render(&[Message::user("  x ")], false).unwrap(), "<s>[user]x</s>");
+    assert_eq!(
+        t.render(&[Message::user("  x ")], false).unwrap(),
+        "<s>[user]x</s>"
+    );
 }
 
 #[test]
@@ -100,14 +121,21 @@ fn raise_exception_is_an_error() {
     .unwrap();
     assert_eq!(t.render(&[Message::user("x")], false).unwrap(), "ok");
     let err = t.render(&[Message::assistant("x")], false).unwrap_err();
-    assert!(format!("{err:#}").contains("first message must be from the user"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("first message must be from the user"),
+        "{err:#}"
+    );
 }
 
 #[test]
 fn python_string_methods_and_whitespace_control() {
     let src = "{% for m in messages %}\n  {% if m.content.startswith('!') %}{{ m.content.lstrip('!').upper() }}{% else %}{{ m.content.strip() }}{% endif %}\n{% endfor %}";
     let t = ChatTemplate::new(src, "", "").unwrap();
-    assert_eq!(t.render(&[Message::user("!hey"), Message::user("  yo  ")], false).unwrap(), "HEYyo");
+    assert_eq!(
+        t.render(&[Message::user("!hey"), Message::user("  yo  ")], false)
+            .unwrap(),
+        "HEYyo"
+    );
 }
 
 #[test]

@@ -8,19 +8,33 @@ fn logits_strategy() -> impl Strategy<Value = Vec<f32>> {
 }
 
 fn plain(temperature: f32, seed: u64) -> SamplerConfig {
-    SamplerConfig { temperature, top_k: 0, top_p: 1.0, min_p: 0.0, seed, ..SamplerConfig::default() }
+    SamplerConfig {
+        temperature,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed,
+        ..SamplerConfig::default()
+    }
 }
 
 /// Ids allowed after top-k, top-p and min-p, computed the slow obvious way.
 fn allowed(logits: &[f32], c: &SamplerConfig) -> Vec<u32> {
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
     if c.top_k > 0 {
         idx.truncate(c.top_k);
     }
     if c.top_p < 1.0 {
         let max = logits[idx[0] as usize] as f64;
-        let e: Vec<f64> = idx.iter().map(|&i| (logits[i as usize] as f64 - max).exp()).collect();
+        let e: Vec<f64> = idx
+            .iter()
+            .map(|&i| (logits[i as usize] as f64 - max).exp())
+            .collect();
         let sum: f64 = e.iter().sum();
         let mut cum = 0.0;
         let mut keep = idx.len();
@@ -142,7 +156,10 @@ fn frequencies_match_softmax() {
                 (c as f64 - exp).powi(2) / exp
             })
             .sum();
-        assert!(chi2 < 30.0, "T={t}: chi2 = {chi2}, counts {counts:?}, p {p:?}");
+        assert!(
+            chi2 < 30.0,
+            "T={t}: chi2 = {chi2}, counts {counts:?}, p {p:?}"
+        );
     }
 }
 
@@ -164,7 +181,10 @@ fn penalties_follow_llama_cpp() {
 
 #[test]
 fn greedy_penalty_changes_choice() {
-    let c = SamplerConfig { repeat_penalty: 3.0, ..SamplerConfig::greedy() };
+    let c = SamplerConfig {
+        repeat_penalty: 3.0,
+        ..SamplerConfig::greedy()
+    };
     let mut logits = [3.0f32, 2.0];
     assert_eq!(Sampler::new(c).sample(&mut logits, &[0]), 1);
 }
@@ -182,9 +202,27 @@ fn degenerate_inputs_do_not_panic() {
 #[test]
 fn stop_strings_hold_back_partial_matches() {
     let mut s = StopStrings::new(["<|im_end|>", "\n\nUser:"]);
-    assert_eq!(s.push("Hello <|im"), StopOutput { emit: "Hello ".into(), stopped: None });
-    assert_eq!(s.push("_e"), StopOutput { emit: String::new(), stopped: None });
-    assert_eq!(s.push("nd|> tail"), StopOutput { emit: String::new(), stopped: Some(0) });
+    assert_eq!(
+        s.push("Hello <|im"),
+        StopOutput {
+            emit: "Hello ".into(),
+            stopped: None
+        }
+    );
+    assert_eq!(
+        s.push("_e"),
+        StopOutput {
+            emit: String::new(),
+            stopped: None
+        }
+    );
+    assert_eq!(
+        s.push("nd|> tail"),
+        StopOutput {
+            emit: String::new(),
+            stopped: Some(0)
+        }
+    );
     assert!(s.stopped());
     assert_eq!(s.push("more"), StopOutput::default());
 

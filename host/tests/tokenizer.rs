@@ -2,7 +2,7 @@
 //! byte fallback, byte-level BPE merges, special tokens, streaming decode, metadata errors.
 
 use kiln_host::gguf::{GgufFile, GgufWriter, Value};
-use kiln_host::tokenizer::{Tokenizer, TokenType};
+use kiln_host::tokenizer::{TokenType, Tokenizer};
 
 fn s(x: &str) -> Value {
     Value::String(x.to_string())
@@ -28,10 +28,27 @@ fn spm_vocab() -> GgufFile {
     }
     // Higher score = joined earlier.
     for (piece, score) in [
-        ("▁", -1.0), ("h", -2.0), ("e", -2.0), ("l", -2.0), ("o", -2.0), ("w", -2.0), ("r", -2.0),
-        ("d", -2.0), ("ll", -3.0), ("he", -4.0), ("hell", -5.0), ("▁hello", -6.0), ("▁w", -7.0),
-        ("or", -8.0), ("▁wor", -9.0), ("▁world", -1.5), ("ld", -9.5), ("▁h", -10.0),
-        ("hello", -11.0), ("wor", -12.0), ("<|user|>", 0.0),
+        ("▁", -1.0),
+        ("h", -2.0),
+        ("e", -2.0),
+        ("l", -2.0),
+        ("o", -2.0),
+        ("w", -2.0),
+        ("r", -2.0),
+        ("d", -2.0),
+        ("ll", -3.0),
+        ("he", -4.0),
+        ("hell", -5.0),
+        ("▁hello", -6.0),
+        ("▁w", -7.0),
+        ("or", -8.0),
+        ("▁wor", -9.0),
+        ("▁world", -1.5),
+        ("ld", -9.5),
+        ("▁h", -10.0),
+        ("hello", -11.0),
+        ("wor", -12.0),
+        ("<|user|>", 0.0),
     ] {
         tokens.push(s(piece));
         types.push(Value::I32(if piece == "<|user|>" { 4 } else { 1 }));
@@ -49,7 +66,9 @@ fn spm_vocab() -> GgufFile {
 }
 
 fn pieces(t: &Tokenizer, ids: &[u32]) -> Vec<String> {
-    ids.iter().map(|&i| t.token_str(i).unwrap().to_string()).collect()
+    ids.iter()
+        .map(|&i| t.token_str(i).unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -92,12 +111,22 @@ fn bpe_vocab(pre: Option<&str>) -> GgufFile {
     let toks = ["<|end|>", "a", "b", "Ġ", "ab", "Ġab", "1", "2", "12", "Ċ"];
     let mut kvs = vec![
         ("tokenizer.ggml.model", s("gpt2")),
-        ("tokenizer.ggml.tokens", Value::Array(toks.iter().map(|x| s(x)).collect())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(toks.iter().map(|x| s(x)).collect()),
+        ),
         (
             "tokenizer.ggml.token_type",
-            Value::Array(toks.iter().map(|x| Value::I32(if x.starts_with("<|") { 3 } else { 1 })).collect()),
+            Value::Array(
+                toks.iter()
+                    .map(|x| Value::I32(if x.starts_with("<|") { 3 } else { 1 }))
+                    .collect(),
+            ),
         ),
-        ("tokenizer.ggml.merges", Value::Array(vec![s("a b"), s("Ġ ab"), s("1 2")])),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(vec![s("a b"), s("Ġ ab"), s("1 2")]),
+        ),
         ("tokenizer.ggml.eos_token_id", Value::U32(0)),
     ];
     if let Some(p) = pre {
@@ -128,18 +157,33 @@ fn err(g: &GgufFile) -> String {
 #[test]
 fn metadata_errors_name_the_key() {
     let e = err(&bpe_vocab(Some("no-such-pre")));
-    assert!(e.contains("tokenizer.ggml.pre") && e.contains("no-such-pre"), "{e}");
+    assert!(
+        e.contains("tokenizer.ggml.pre") && e.contains("no-such-pre"),
+        "{e}"
+    );
 
-    let e = err(&gguf(vec![("tokenizer.ggml.model", s("rwkv")), ("tokenizer.ggml.tokens", Value::Array(vec![s("a")]))]));
-    assert!(e.contains("tokenizer.ggml.model") && e.contains("rwkv"), "{e}");
+    let e = err(&gguf(vec![
+        ("tokenizer.ggml.model", s("rwkv")),
+        ("tokenizer.ggml.tokens", Value::Array(vec![s("a")])),
+    ]));
+    assert!(
+        e.contains("tokenizer.ggml.model") && e.contains("rwkv"),
+        "{e}"
+    );
 
-    let e = err(&gguf(vec![("tokenizer.ggml.model", s("gpt2")), ("tokenizer.ggml.tokens", Value::Array(vec![s("a")]))]));
+    let e = err(&gguf(vec![
+        ("tokenizer.ggml.model", s("gpt2")),
+        ("tokenizer.ggml.tokens", Value::Array(vec![s("a")])),
+    ]));
     assert!(e.contains("tokenizer.ggml.merges"), "{e}");
 
     let e = err(&gguf(vec![
         ("tokenizer.ggml.model", s("gpt2")),
         ("tokenizer.ggml.tokens", Value::Array(vec![s("a")])),
-        ("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1), Value::I32(1)])),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(vec![Value::I32(1), Value::I32(1)]),
+        ),
     ]));
     assert!(e.contains("tokenizer.ggml.token_type"), "{e}");
 
@@ -151,7 +195,10 @@ fn metadata_errors_name_the_key() {
     ]));
     assert!(e.contains("tokenizer.ggml.eos_token_id"), "{e}");
 
-    let e = err(&gguf(vec![("tokenizer.ggml.model", s("llama")), ("tokenizer.ggml.tokens", Value::Array(vec![s("a")]))]));
+    let e = err(&gguf(vec![
+        ("tokenizer.ggml.model", s("llama")),
+        ("tokenizer.ggml.tokens", Value::Array(vec![s("a")])),
+    ]));
     assert!(e.contains("tokenizer.ggml.scores"), "{e}");
 
     let e = err(&gguf(vec![("tokenizer.ggml.model", s("gpt2"))]));

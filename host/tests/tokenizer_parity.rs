@@ -21,21 +21,29 @@ use kiln_host::tokenizer::Tokenizer;
 use serde_json::Value as Json;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")
 }
 
-/// (text, ids) pairs of a fixture.
+/// (text, ids) pairs of a fixture (a name under fixtures/tokenizer, or an absolute path).
 fn load_fixture(name: &str) -> Vec<(String, Vec<u32>)> {
     let raw = std::fs::read_to_string(fixture_dir().join(name)).expect("fixture");
     let rows: Vec<Json> = serde_json::from_str(&raw).expect("fixture json");
     rows.iter()
         .map(|r| {
             let text = r["text"].as_str().unwrap().to_string();
-            let ids = r["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let ids = r["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
             (text, ids)
         })
         .collect()
@@ -49,12 +57,24 @@ fn check_parity(tok: &Tokenizer, fixture: &str) {
     for (text, want) in &cases {
         let got = tok.encode(text, false).expect("encode");
         if &got != want {
-            failures.push(format!("{text:?}\n   llama.cpp: {want:?}\n   kiln:      {got:?}"));
+            failures.push(format!(
+                "{text:?}\n   llama.cpp: {want:?}\n   kiln:      {got:?}"
+            ));
         }
         // Decoding gives the text back (these vocabularies are lossless on valid UTF-8).
-        assert_eq!(&tok.decode(&got), text, "decode(encode(x)) != x");
+        assert_eq!(
+            &tok.decode(&got),
+            text,
+            "decode(encode(x)) != x in {fixture}"
+        );
     }
-    assert!(failures.is_empty(), "{} of {} cases differ from llama.cpp:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from llama.cpp:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 fn smollm2() -> Option<GgufFile> {
@@ -75,7 +95,10 @@ fn smollm2_matches_llama_cpp() {
     assert_eq!(tok.eos(), Some(2));
     assert!(!tok.add_bos_default());
     assert_eq!(tok.eot_ids()[0], 2);
-    assert!(tok.eot_ids().contains(&0), "<|endoftext|> ends generation too");
+    assert!(
+        tok.eot_ids().contains(&0),
+        "<|endoftext|> ends generation too"
+    );
     assert_eq!(tok.encode("<|im_start|>", false).unwrap(), vec![1]);
     assert_eq!(tok.encode("hi", true).unwrap()[0], 1);
     check_parity(&tok, "smollm2.json");
@@ -95,9 +118,12 @@ fn strings(v: Vec<String>) -> Value {
 /// insists on even for vocab-only loads).
 fn qwen3_gguf_bytes() -> Vec<u8> {
     let dir = fixture_dir().join("qwen3");
-    let tj: Json = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap()).unwrap();
+    let tj: Json =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap())
+            .unwrap();
     let cfg: Json =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap())
+            .unwrap();
     let mut tokens: Vec<Option<String>> = vec![None; QWEN3_VOCAB];
     let mut types = vec![1i32; QWEN3_VOCAB];
     for (text, id) in tj["model"]["vocab"].as_object().unwrap() {
@@ -108,7 +134,11 @@ fn qwen3_gguf_bytes() -> Vec<u8> {
         let text = at["content"].as_str().unwrap();
         tokens[id] = Some(text.to_string());
         let looks_special = text.starts_with("<|") && text.ends_with("|>");
-        types[id] = if at["special"].as_bool().unwrap() || looks_special { 3 } else { 4 };
+        types[id] = if at["special"].as_bool().unwrap() || looks_special {
+            3
+        } else {
+            4
+        };
     }
     let tokens: Vec<String> = tokens
         .into_iter()
@@ -136,7 +166,10 @@ fn qwen3_gguf_bytes() -> Vec<u8> {
     let mut w = GgufWriter::new();
     let mut kv = |k: &str, v: Value| w.add_metadata(k, v).unwrap();
     kv("general.architecture", Value::String("qwen3".into()));
-    kv("general.name", Value::String("Qwen3 tokenizer (vocab only)".into()));
+    kv(
+        "general.name",
+        Value::String("Qwen3 tokenizer (vocab only)".into()),
+    );
     kv("qwen3.block_count", Value::U32(28));
     kv("qwen3.context_length", Value::U32(40960));
     kv("qwen3.embedding_length", Value::U32(1024));
@@ -150,13 +183,19 @@ fn qwen3_gguf_bytes() -> Vec<u8> {
     kv("tokenizer.ggml.model", Value::String("gpt2".into()));
     kv("tokenizer.ggml.pre", Value::String("qwen2".into()));
     kv("tokenizer.ggml.tokens", strings(tokens.clone()));
-    kv("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect()));
+    kv(
+        "tokenizer.ggml.token_type",
+        Value::Array(types.into_iter().map(Value::I32).collect()),
+    );
     kv("tokenizer.ggml.merges", strings(merges));
     kv("tokenizer.ggml.eos_token_id", Value::U32(eos));
     kv("tokenizer.ggml.padding_token_id", Value::U32(pad));
     kv("tokenizer.ggml.bos_token_id", Value::U32(pad));
     kv("tokenizer.ggml.add_bos_token", Value::Bool(false));
-    kv("tokenizer.chat_template", Value::String(cfg["chat_template"].as_str().unwrap().into()));
+    kv(
+        "tokenizer.chat_template",
+        Value::String(cfg["chat_template"].as_str().unwrap().into()),
+    );
     w.to_vec(&[]).unwrap()
 }
 
@@ -189,16 +228,41 @@ fn qwen3_matches_llama_cpp() {
 #[test]
 fn qwen3_stream_decoder_holds_partial_characters() {
     let tok = qwen3();
-    for text in ["\u{1f980} crab", "\u{4f60}\u{597d}\u{4e16}\u{754c}", "e\u{301}\u{1f468}\u{200d}\u{1f469}"] {
+    for text in [
+        "\u{1f980} crab",
+        "\u{4f60}\u{597d}\u{4e16}\u{754c}",
+        "e\u{301}\u{1f468}\u{200d}\u{1f469}",
+    ] {
         let ids = tok.encode(text, false).unwrap();
         let mut d = tok.stream_decoder();
         let mut out = String::new();
         for &id in &ids {
             let piece = d.push(id);
-            assert!(!piece.contains('\u{fffd}'), "partial character leaked for {text:?}");
+            assert!(
+                !piece.contains('\u{fffd}'),
+                "partial character leaked for {text:?}"
+            );
             out.push_str(&piece);
         }
         out.push_str(&d.finish());
         assert_eq!(out, text);
+    }
+}
+
+/// Parity on vocabularies kiln does not ship (licences), built with `hf_to_gguf_vocab.py` and
+/// recorded with `gen_fixture.py`: `KILN_EXTRA_PARITY=a.gguf=a.json,b.gguf=b.json`.
+#[test]
+fn extra_parity_from_env() {
+    let Ok(spec) = std::env::var("KILN_EXTRA_PARITY") else {
+        eprintln!("SKIP: KILN_EXTRA_PARITY not set (extra vocabularies, see hf_to_gguf_vocab.py)");
+        return;
+    };
+    for pair in spec.split(',').filter(|p| !p.is_empty()) {
+        let (model, fixture) = pair
+            .split_once('=')
+            .expect("KILN_EXTRA_PARITY entries are model=fixture");
+        let tok = Tokenizer::from_gguf(&GgufFile::open(model).unwrap()).unwrap();
+        check_parity(&tok, fixture);
+        eprintln!("parity ok: {model} vs {fixture}");
     }
 }

@@ -61,18 +61,9 @@ const DEEPSEEK_V3: &[&str] = &[
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 ];
 
-const FALCON: &[&str] = &[
-    r"[\p{P}\$\+<=>\^~\|`]+",
-    GPT2,
-    "[0-9][0-9][0-9]",
-];
+const FALCON: &[&str] = &[r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"];
 
-const DEFAULT: &[&str] = &[
-    r"[\p{P}\$\+<=>\^~\|]+",
-    GPT2,
-    r"\p{N}+",
-    "[0-9][0-9][0-9]",
-];
+const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"];
 
 /// Everything up to whitespace or sentence punctuation (Latin, CJK, Devanagari, Arabic).
 const NOT_PUNCT: &str = " ?[^(\\s|.,!?\u{2026}\u{3002}\u{FF0C}\u{3001}\u{964}\u{6D4}\u{60C})]+";
@@ -81,19 +72,64 @@ const VIKING: &[&str] = &[NOT_PUNCT, r"\p{N}"];
 
 /// Every `tokenizer.ggml.pre` value kiln understands, for error messages.
 pub const KNOWN: &[&str] = &[
-    "default", "gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "jina-es", "jina-de",
-    "jina-v2-es", "jina-v2-de", "gigachat", "mellum", "trillion", "granite-docling", "llama3",
-    "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx",
-    "smaug-bpe", "chatglm-bpe", "glm4", "glm5", "qwen2", "deepseek-r1-qwen", "stablelm2",
-    "hunyuan", "qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "starcoder",
-    "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "poro-chat", "bloom",
-    "gpt3-finnish", "viking",
+    "default",
+    "gpt2",
+    "gpt-2",
+    "phi-2",
+    "mpt",
+    "olmo",
+    "jais",
+    "jina-es",
+    "jina-de",
+    "jina-v2-es",
+    "jina-v2-de",
+    "gigachat",
+    "mellum",
+    "trillion",
+    "granite-docling",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "dbrx",
+    "smaug-bpe",
+    "chatglm-bpe",
+    "glm4",
+    "glm5",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "stablelm2",
+    "hunyuan",
+    "qwen35",
+    "deepseek-llm",
+    "deepseek-coder",
+    "deepseek-v3",
+    "falcon",
+    "starcoder",
+    "refact",
+    "command-r",
+    "smollm",
+    "codeshell",
+    "exaone",
+    "minerva-7b",
+    "poro-chat",
+    "bloom",
+    "gpt3-finnish",
+    "viking",
 ];
 
 /// The pre-tokenizer for `pre` (the value of `tokenizer.ggml.pre`), or `None` if unknown.
 pub fn lookup(pre: &str) -> Option<PreTokenizer> {
     const fn p(patterns: &'static [&'static str]) -> PreTokenizer {
-        PreTokenizer { patterns, ignore_merges: false, add_bos: false }
+        PreTokenizer {
+            patterns,
+            ignore_merges: false,
+            add_bos: false,
+        }
     }
     Some(match pre {
         "default" => p(DEFAULT),
@@ -102,9 +138,17 @@ pub fn lookup(pre: &str) -> Option<PreTokenizer> {
             p(&[GPT2])
         }
         "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" => PreTokenizer { patterns: &[LLAMA3], ignore_merges: true, add_bos: true },
+        | "lfm2" => PreTokenizer {
+            patterns: &[LLAMA3],
+            ignore_merges: true,
+            add_bos: true,
+        },
         "dbrx" | "smaug-bpe" | "chatglm-bpe" => p(&[LLAMA3]),
-        "glm4" | "glm5" => PreTokenizer { patterns: &[LLAMA3], ignore_merges: true, add_bos: false },
+        "glm4" | "glm5" => PreTokenizer {
+            patterns: &[LLAMA3],
+            ignore_merges: true,
+            add_bos: false,
+        },
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "hunyuan" => p(&[QWEN2]),
         "qwen35" => p(&[QWEN35]),
         "deepseek-llm" => p(DEEPSEEK_LLM),

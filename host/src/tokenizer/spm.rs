@@ -124,7 +124,12 @@ impl Spm<'_> {
         let joined = &text[l.start..l.start + len];
         if let Some(&id) = self.lookup.get(joined) {
             let score = self.scores.get(id as usize).copied().unwrap_or(0.0);
-            heap.push(Candidate { score, left, right, len });
+            heap.push(Candidate {
+                score,
+                left,
+                right,
+                len,
+            });
         }
     }
 }

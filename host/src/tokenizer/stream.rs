@@ -15,7 +15,11 @@ pub struct StreamDecoder<'a> {
 
 impl<'a> StreamDecoder<'a> {
     pub fn new(tok: &'a Tokenizer) -> Self {
-        Self { tok, pending: Vec::new(), at_start: true }
+        Self {
+            tok,
+            pending: Vec::new(),
+            at_start: true,
+        }
     }
 
     /// Adds one token; returns the text that became complete (often empty while a multi-byte
@@ -63,7 +67,9 @@ impl<'a> StreamDecoder<'a> {
                 Err(e) => {
                     let valid = e.valid_up_to();
                     // Safe: from_utf8 vouched for these bytes.
-                    out.push_str(std::str::from_utf8(&self.pending[pos..pos + valid]).unwrap_or(""));
+                    out.push_str(
+                        std::str::from_utf8(&self.pending[pos..pos + valid]).unwrap_or(""),
+                    );
                     pos += valid;
                     match e.error_len() {
                         Some(bad) => {
