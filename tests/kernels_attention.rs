@@ -64,7 +64,8 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
         let sb = upload(dev, src);
         let cb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
         let threads = (total * kvh * hd) as u32;
-        let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(0), Arg::U32(threads)];
+        let args =
+            [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(0), Arg::U32(threads)];
         dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
         caches.push(cb);
     }
@@ -110,11 +111,12 @@ kernel_properties! {
     host_attention, gpu_attention: attn_case() => attention;
 }
 
-/// Long contexts (up to 4096 cached positions: 16 KiB of scores in shared memory), model head
-/// counts and prefill chunks: GPU only.
+/// Long contexts (up to 4096 cached positions: 16 KiB of scores in shared memory), head_dim up
+/// to the kernel's maximum (256) and prefill chunks: GPU only. Sizes keep the float64 reference
+/// (heads × tokens × context × head_dim) to about a second per case.
 #[test]
 fn gpu_attention_long_context() {
-    let case = (1..=8u32, 1..=4u32, prop::sample::select(vec![64u32, 128, 256]), 1..=16u32, 0..4096u32, seed()).prop_map(
+    let case = (1..=4u32, 1..=4u32, prop::sample::select(vec![64u32, 128, 256]), 1..=8u32, 0..4096u32, seed()).prop_map(
         |(kv_heads, group, head_dim, n, pos0, seed)| AttnCase { kv_heads, group, head_dim, n, pos0, spare: 7, sharpness: 1.0, seed },
     );
     common::run_gpu("gpu_attention_long_context", 32, case, attention);

@@ -39,7 +39,16 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
     let log2_base = c.theta.log2();
     let threads = (n * heads * rot / 2) as u32;
     let dims = dev.shapes().flat(threads);
-    let args = [xb.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot as u32), Arg::U32(c.pos0), Arg::F32(log2_base), Arg::U32(c.neox as u32), Arg::U32(threads)];
+    let args = [
+        xb.arg(),
+        Arg::U32(c.heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(rot as u32),
+        Arg::U32(c.pos0),
+        Arg::F32(log2_base),
+        Arg::U32(c.neox as u32),
+        Arg::U32(threads),
+    ];
     dev.launch(names::kiln_rope, dims, &args);
     let out = download::<f32>(dev, &xb);
     check_written(dev, "rope", &out)?;
@@ -117,7 +126,12 @@ struct EmbedCase {
 }
 
 fn embed_case() -> impl Strategy<Value = EmbedCase> {
-    let table = prop::sample::select(vec![Table::Block(BlockFormat::Q4_0), Table::Block(BlockFormat::Q4_1), Table::Block(BlockFormat::Q8_0), Table::F16]);
+    let table = prop::sample::select(vec![
+        Table::Block(BlockFormat::Q4_0),
+        Table::Block(BlockFormat::Q4_1),
+        Table::Block(BlockFormat::Q8_0),
+        Table::F16,
+    ]);
     (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
         // Ids anywhere in the table, repeats allowed, the last row reachable.
         prop::collection::vec(0..vocab, 1..=6).prop_map(move |ids| EmbedCase { table, vocab, blocks, ids, seed })
@@ -176,8 +190,14 @@ struct KvCase {
 }
 
 fn kv_case() -> impl Strategy<Value = KvCase> {
-    (1..=4u32, 1..=4u32, head_dim(), 0..40u32, 0..3u32, seed())
-        .prop_map(|(n, kv_heads, head_dim, pos0, spare, seed)| KvCase { n, kv_heads, head_dim, pos0, spare, seed })
+    (1..=4u32, 1..=4u32, head_dim(), 0..40u32, 0..3u32, seed()).prop_map(|(n, kv_heads, head_dim, pos0, spare, seed)| KvCase {
+        n,
+        kv_heads,
+        head_dim,
+        pos0,
+        spare,
+        seed,
+    })
 }
 
 fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
@@ -191,7 +211,8 @@ fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
     let mut cache: Vec<u16> = (0..kvh * max_ctx * hd).map(|i| 0x7e00 | (i as u16 & 0x1ff)).collect();
     let (sb, cb) = (upload(dev, &src), upload(dev, &cache));
     let threads = (n * kvh * hd) as u32;
-    let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(c.pos0), Arg::U32(threads)];
+    let args =
+        [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(c.pos0), Arg::U32(threads)];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
     let got = download::<u16>(dev, &cb);
     r::kv_store(&mut cache, &src, kvh, hd, max_ctx, c.pos0 as usize);

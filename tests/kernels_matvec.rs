@@ -38,7 +38,12 @@ fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
 /// definition (llama.cpp's, which the CPU backend shares): with d = amax/127 in f32, codes
 /// q = round(x/d) (half away from zero), stored d' = f16(d) and s' = f16(d·Σq). Returns the
 /// device buffers and the downloaded `xq`, `xds`.
-fn quantize(dev: &mut dyn Device, x: &[f32], cols: usize, n: usize) -> Result<(common::Buf, common::Buf, Vec<i8>, Vec<f32>), TestCaseError> {
+fn quantize(
+    dev: &mut dyn Device,
+    x: &[f32],
+    cols: usize,
+    n: usize,
+) -> Result<(common::Buf, common::Buf, Vec<i8>, Vec<f32>), TestCaseError> {
     let nb = cols / QK;
     let xb = upload(dev, x);
     // -128 never comes out of the quantizer (|x/d| <= 127): it marks bytes never written.
@@ -190,8 +195,14 @@ kernel_properties! {
 fn gpu_matvec_large() {
     let formats = prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
-    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed())
-        .prop_map(|(fmt, rows, blocks, n, wave, seed)| QCase { fmt, rows, blocks, n, wave, seed });
+    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed()).prop_map(|(fmt, rows, blocks, n, wave, seed)| QCase {
+        fmt,
+        rows,
+        blocks,
+        n,
+        wave,
+        seed,
+    });
     common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);
 }
 

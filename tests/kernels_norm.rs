@@ -21,7 +21,13 @@ fn row_case() -> impl Strategy<Value = RowCase> {
 }
 
 /// Launch a per-row kernel whose output is `x`'s shape; returns the output.
-fn run_rows(dev: &mut dyn Device, c: &RowCase, x: &[f32], entry: &'static str, args: impl Fn(common::Buf, common::Buf) -> Vec<Arg>) -> Vec<f32> {
+fn run_rows(
+    dev: &mut dyn Device,
+    c: &RowCase,
+    x: &[f32],
+    entry: &'static str,
+    args: impl Fn(common::Buf, common::Buf) -> Vec<Arg>,
+) -> Vec<f32> {
     let xb = upload(dev, x);
     let out = if c.in_place { xb } else { poisoned::<f32>(dev, x.len(), 0xff) };
     let dims = dev.shapes().per_row(c.rows);
@@ -73,7 +79,9 @@ kernel_properties! {
 /// Model-sized rows (hidden sizes up to 16k, vocab-sized softmax): GPU only.
 #[test]
 fn gpu_norm_large() {
-    let case = || (1..=64u32, length(16384), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed });
+    let case = || {
+        (1..=64u32, length(16384), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+    };
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
     common::run_gpu("gpu_norm_large", 32, case(), softmax);
 }

@@ -174,8 +174,8 @@ fn mma_m16n8k16_matches_a_plain_matrix_product() {
         let d = read_f32(&d);
         for m in 0..16 {
             for n in 0..8 {
-                let want: f64 = c[m * 8 + n] as f64
-                    + (0..16).map(|k| f16_to_f32(a[m * 16 + k]) as f64 * f16_to_f32(b[k * 8 + n]) as f64).sum::<f64>();
+                let want: f64 =
+                    c[m * 8 + n] as f64 + (0..16).map(|k| f16_to_f32(a[m * 16 + k]) as f64 * f16_to_f32(b[k * 8 + n]) as f64).sum::<f64>();
                 let got = d[m * 8 + n] as f64;
                 let tol = if round == 0 { 0.0 } else { 1e-5 * (1.0 + want.abs()) };
                 assert!((got - want).abs() <= tol, "round {round} D[{m}][{n}] = {got}, want {want}");
@@ -188,7 +188,7 @@ fn mma_m16n8k16_matches_a_plain_matrix_product() {
 fn dp4a_matches_scalar_bytes() {
     let mut rng = Rng(12345);
     let mut cases: Vec<(u32, u32, i32)> = vec![
-        (0x8080_8080, 0x8080_8080, 0),         // (-128)² · 4
+        (0x8080_8080, 0x8080_8080, 0),        // (-128)² · 4
         (0x7f7f_7f7f, 0x8080_8080, i32::MAX), // wraps like the hardware's 32-bit add
         (0xffff_ffff, 0x0102_0304, -7),
     ];

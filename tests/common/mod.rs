@@ -226,11 +226,7 @@ macro_rules! kernel_properties {
 
 /// Fail the case (with the device named) unless `err <= tol`; NaN fails too.
 pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(), TestCaseError> {
-    if err <= tol {
-        Ok(())
-    } else {
-        Err(TestCaseError::fail(format!("{}: {what}: relative error {err:.3e} > {tol:.1e}", dev.label())))
-    }
+    if err <= tol { Ok(()) } else { Err(TestCaseError::fail(format!("{}: {what}: relative error {err:.3e} > {tol:.1e}", dev.label()))) }
 }
 
 /// Fail unless every f32 of `out` was written (poison is NaN; the inputs never produce NaN).
