@@ -28,8 +28,8 @@ for step in "$@"; do
     model)
       echo "== SmolLM2 CUDA vs CPU"
       M=/tmp/smollm2.gguf
-      [ -f /tmp/smollm2.part_a ] || cp $G/model.part_a /tmp/smollm2.part_a 2>/dev/null
-      if [ -f $G/model.part_b ]; then cat /tmp/smollm2.part_a $G/model.part_b > $M; fi
+      # The model travels in two calls (64 MiB per call): part a is cached in /tmp by `cache-a`.
+      [ -f .gpu_b/model.part_b ] && cat /tmp/smollm2.part_a .gpu_b/model.part_b > $M
       sha256sum $M | tee "$OUT/model_sha.txt"
       for p in "The capital of France is" "def fibonacci(n):" "Once upon a time, in a small village," "The three primary colors are"; do
         for d in cpu cuda; do
@@ -51,8 +51,8 @@ PY
       done
       tail -2 "$OUT/gen_cuda.err"
       ;;
-    cached-part)
-      cp $G/model.part_a /tmp/smollm2.part_a && echo "part a cached"
+    cache-a)
+      cp .gpu_a/model.part_a /tmp/smollm2.part_a && echo "part a cached"
       ;;
   esac
 done

@@ -123,6 +123,7 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
     let q = gpu.download(&xq)?;
     let s = gpu.download(&xds)?;
     let mut max_rel = 0f64;
+    let mut worst = (0usize, 0f64, 0f64);
     let nb = cols / 32;
     for row in (0..rows).step_by((rows / 97).max(1)).chain([rows - 1]) {
         let mut acc = 0f64;
@@ -138,10 +139,19 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
                 mag += (wv * xv).abs();
             }
         }
-        max_rel = max_rel.max((got[row] as f64 - acc).abs() / mag.max(1e-30));
+        let rel = (got[row] as f64 - acc).abs() / mag.max(1e-30);
+        if !(rel <= max_rel) {
+            max_rel = rel;
+            worst = (row, got[row] as f64, acc);
+        }
     }
     if !max_rel.is_finite() || max_rel > 1e-4 {
-        bail!("{label} {rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})");
+        bail!(
+            "{label} {rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e} at row {}: got {}, want {})",
+            worst.0,
+            worst.1,
+            worst.2
+        );
     }
     for k in 0..20 {
         launch(k)?;
