@@ -10,6 +10,11 @@ use crate::device::{dp4a_s32, f16_to_f32};
 pub const QK: usize = 32;
 
 /// One GGUF 32-element block format in split layout.
+///
+/// `scale`/`qs` pointers point into the device planes; the methods are safe to call only from
+/// kernel bodies that uphold the kernel's own pointer contract (hence the lint allowance: they
+/// are leaf helpers of `unsafe` kernels, not a public safe API).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub trait SplitFormat: 'static {
     /// u32 words of quants per block (16 bytes for 4-bit, 32 for 8-bit).
     const QS_WORDS: usize;
@@ -53,6 +58,7 @@ fn nibble(qs: *const u8, i: usize) -> f32 {
 
 /// Q4_0: value = d·(q − 8).
 pub struct Q4_0;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_0 {
     const QS_WORDS: usize = 4;
     const SCALE_BYTES: usize = 2;
@@ -69,6 +75,7 @@ impl SplitFormat for Q4_0 {
 
 /// Q4_1: value = d·q + m (scales plane holds d, m as two halves).
 pub struct Q4_1;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_1 {
     const QS_WORDS: usize = 4;
     const SCALE_BYTES: usize = 4;
@@ -86,6 +93,7 @@ impl SplitFormat for Q4_1 {
 
 /// Q8_0: value = d·q.
 pub struct Q8_0;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q8_0 {
     const QS_WORDS: usize = 8;
     const SCALE_BYTES: usize = 2;
