@@ -210,7 +210,7 @@ impl Backend for Cpu {
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> Result<CpuTensor> {
         let scale = w.dense()?;
         let g = scale.len();
-        ensure!(g > 0 && x.cols % g == 0, "rms_norm: {} columns in groups of {g}", x.cols);
+        ensure!(g > 0 && x.cols.is_multiple_of(g), "rms_norm: {} columns in groups of {g}", x.cols);
         let mut out = CpuTensor::zeros(x.rows, x.cols);
         let norm = |(src, dst): (&[f32], &mut [f32])| {
             // f64 sum: rows are up to a few thousand wide and this is not the hot loop.
@@ -231,7 +231,7 @@ impl Backend for Cpu {
 
     fn rope(&self, x: &mut CpuTensor, pos: usize, rope: &Rope) -> Result<()> {
         let (hd, rd) = (rope.head_dim, rope.rot_dim);
-        ensure!(hd > 0 && x.cols % hd == 0, "rope: {} columns is not whole heads of {hd}", x.cols);
+        ensure!(hd > 0 && x.cols.is_multiple_of(hd), "rope: {} columns is not whole heads of {hd}", x.cols);
         ensure!(rd % 2 == 0 && rd <= hd, "rope: rotary dims {rd} must be even and <= {hd}");
         let half = rd / 2;
         // Frequencies in f64 so long positions keep their precision.
@@ -298,7 +298,7 @@ impl Backend for Cpu {
             "attention: {nkv} kv heads of {hd} do not match the cache"
         );
         ensure!(
-            attn.n_head > 0 && nkv > 0 && attn.n_head % nkv == 0,
+            attn.n_head > 0 && nkv > 0 && attn.n_head.is_multiple_of(nkv),
             "attention: {} heads cannot share {nkv} kv heads",
             attn.n_head
         );

@@ -88,7 +88,7 @@ impl Simd {
     #[inline]
     fn dot(self, q: &[f32], k: &[f16]) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 && q.len() % 8 == 0 {
+        if self.avx2 && q.len().is_multiple_of(8) {
             // SAFETY: the features were detected above; lengths are checked inside.
             return unsafe { x86::dot(q, k) };
         }
@@ -98,7 +98,7 @@ impl Simd {
     #[inline]
     fn axpy(self, a: f32, v: &[f16], o: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 && o.len() % 8 == 0 {
+        if self.avx2 && o.len().is_multiple_of(8) {
             // SAFETY: as for `dot`.
             return unsafe { x86::axpy(a, v, o) };
         }
