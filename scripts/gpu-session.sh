@@ -3,7 +3,8 @@
 # carried in .gpu/ (see scripts/gpu-pack.sh). Steps, selected by arguments:
 #   tests   kernel property tests on the GPU (the gpu_* tests of each tests/kernels_* binary)
 #   bench   cargo xtask bench kernels -> $OUT/bench_kernels.{json,md}
-#   model   CUDA vs CPU greedy generation on SmolLM2 (model reassembled from parts in .gpu/)
+#   model   CUDA vs CPU greedy generation on SmolLM2 (model reassembled from .gpu_a/.gpu_b parts)
+#   compare CPU vs CUDA logits at every position (xtask compare-backends)
 set -uo pipefail
 G=.gpu
 OUT=${OUT:-/tmp/kiln-out}
@@ -50,6 +51,13 @@ print("  timings cpu:", a.get("timings"), " cuda:", b.get("timings"))
 PY
       done
       tail -2 "$OUT/gen_cuda.err"
+      ;;
+    compare)
+      echo "== CPU vs CUDA logits (teacher-forced), SmolLM2"
+      M=/tmp/smollm2.gguf
+      [ -f .gpu_b/model.part_b ] && cat /tmp/smollm2.part_a .gpu_b/model.part_b > $M
+      $G/xtask compare-backends -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
+        -p "Once upon a time, in a small village," -p "The three primary colors are" 2>&1 | tee "$OUT/compare.txt"
       ;;
     cache-a)
       cp .gpu_a/model.part_a /tmp/smollm2.part_a && echo "part a cached"

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's own tools. `bench kernels` measures the GPU kernels against
 //! the device's copy bandwidth; `gen-model` writes synthetic GGUF files.
 mod bench_kernels;
+mod compare;
 mod gen_model;
 mod presets;
 mod vocab;
@@ -22,6 +23,8 @@ enum Cmd {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// CPU vs CUDA logits on one model, teacher-forced on the CPU's greedy tokens.
+    CompareBackends(compare::Args),
     /// Write a synthetic GGUF model (real shapes, random weights, embedded BPE vocabulary).
     GenModel(gen_model::Args),
 }
@@ -37,6 +40,7 @@ fn main() {
     let r: Result<()> = match cli.cmd {
         Cmd::Bench { what: BenchWhat::Kernels(a) } => bench_kernels::run(a),
         Cmd::GenModel(a) => gen_model::run(a),
+        Cmd::CompareBackends(a) => compare::run(a),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");
