@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod cuda;
 pub mod engine;
 pub mod gguf;
 pub mod models;
