@@ -67,12 +67,14 @@ pub fn run(a: Args) -> Result<()> {
         ensure!(lc.len() == lg.len());
         let mut prompt_worst = 0f64;
         let mut same = 0;
+        let mut per_pos = Vec::new();
         for (i, (c, g)) in lc.iter().zip(&lg).enumerate() {
             let num: f64 = c.iter().zip(g).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
             let den: f64 = c.iter().map(|a| (*a as f64).powi(2)).sum();
             let rel = (num / den).sqrt();
             ensure!(rel.is_finite(), "non-finite logits at position {i}");
             prompt_worst = prompt_worst.max(rel);
+            per_pos.push(format!("{rel:.1e}"));
             let (ac, c1, c2) = argmax(c);
             let (ag, _, _) = argmax(g);
             if ac == ag {
@@ -86,6 +88,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         worst_rel = worst_rel.max(prompt_worst);
+        println!("  rel err by position: {}", per_pos.join(" "));
         println!("{p:?}: {} positions, argmax agrees at {same}, max rel logit err {prompt_worst:.2e}", lc.len());
     }
     println!("overall: max rel logit err {worst_rel:.2e}; argmax flips {flips} (with CPU top-2 gap > 0.3: {wide_flips})");
