@@ -29,7 +29,7 @@ for dir in target/ptx/*/; do
   [ -f "$ptx" ] || { echo "missing $ptx"; exit 1; }
   echo "-- $arch"
   "$PTXAS" -arch="$arch" -v "$ptx" -o /dev/null 2>&1 | awk '
-    /Compiling entry function/ { gsub(/\047/, "", $6); name = $6 }
+    /Compiling entry function/ { name = $0; sub(/.*function \047/, "", name); sub(/\047.*/, "", name) }
     /bytes stack frame/ { frame = $1; spill_st = $5; spill_ld = $9 }
     /Used [0-9]+ registers/ { printf "   %-22s regs %-4s stack %-4s spill st/ld %s/%s\n", name, $5, frame, spill_st, spill_ld }'
   # Fail on any assembler error (awk above only formats).

@@ -68,8 +68,9 @@ pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
 
 /// The coefficient of a weight block's constant part: every element is `a_i + c` with `a_i`
 /// the part that scales the quant (Q4_0: d·n, Q4_1: d·n, Q8_0: d·q) and `c` = −8d, m, 0.
-/// A dot with a Q8_1 activation block uses the block's stored `s` for `c · d_x·Σq`, which is
-/// what the sum in Q8_1 exists for (llama.cpp's `vec_dot_q4_0_q8_1` and `_q4_1_q8_1`).
+/// Q4_1's dot uses the activation block's stored `s` (f16 `d·Σq`) for `c · d_x·Σq`, as the CPU
+/// backend and llama.cpp do; Q4_0's uses the exact integer `Σq` (the kernel sums it with dp4a),
+/// matching the CPU backend's integer `Σ(q−8)·x`.
 pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
     match fmt {
         BlockFormat::Q4_0 => -8.0 * half(block, 0),
@@ -97,7 +98,11 @@ pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: 
                 let (d, s) = (xds[2 * (t * nb + b)] as f64, xds[2 * (t * nb + b) + 1] as f64);
                 let q = &xq[(t * nb + b) * QK..][..QK];
                 let dot: f64 = w.iter().zip(q).map(|(wi, &qi)| (wi - c) * qi as f64).sum();
-                acc += d * dot + c * s;
+                let offset = match fmt {
+                    BlockFormat::Q4_0 => c * d * q.iter().map(|&v| v as f64).sum::<f64>(),
+                    _ => c * s,
+                };
+                acc += d * dot + offset;
             }
             y.push(acc);
         }

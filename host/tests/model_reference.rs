@@ -346,3 +346,75 @@ fn load_errors_name_what_is_missing() {
     let err = models::load(&Cpu::new(), &other, &mut |_, _| {}).err().expect("load must fail");
     assert!(format!("{err:#}").contains("unsupported architecture \"mamba\""), "{err:#}");
 }
+
+/// Logits of every position, decoding one token at a time on backend `b`.
+fn decode_steps<B: Backend + 'static>(b: &B, file: &Arc<GgufFile>, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let model = models::load(b, file, &mut |_, _| {}).unwrap();
+    let mut cache = b.kv_cache(&model.config().kv_spec(32)).unwrap();
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(pos, &t)| b.read(&model.forward(b, &mut cache, &[t], pos, Logits::Last).unwrap()).unwrap())
+        .collect()
+}
+
+/// Max relative L2 error between two backends' logits, per position.
+fn per_position_rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .map(|(c, g)| {
+            let num: f64 = c.iter().zip(g).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+            let den: f64 = c.iter().map(|x| (*x as f64).powi(2)).sum();
+            (num / den).sqrt()
+        })
+        .collect()
+}
+
+/// The CUDA backend, run on the host grid executor (same backend code, same kernel bodies as
+/// on the GPU), must agree with the CPU backend: both quantize activations the same way, so
+/// only summation order and f32 rounding separate them.
+#[test]
+fn cuda_backend_on_host_grid_matches_cpu_backend() {
+    use kiln_host::backend::cuda::Cuda;
+    // The GPU attention kernel wants head_dim % 32 == 0.
+    let wide = Synth { n_embd: 128, head_dim: 32, ..LLAMA };
+    let cases = [
+        Synth { ty: GgmlType::Q4_1, ..wide },
+        Synth { ty: GgmlType::Q8_0, ..QWEN3 },
+        Synth { ty: GgmlType::F16, ..wide },
+        Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::F16, ..LLAMA },
+    ];
+    for s in cases {
+        let (file, _) = build(&s);
+        let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
+        let gpu = decode_steps(&Cuda::host::<policies::Hopper>(), &file, &TOKENS);
+        for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
+            assert!(rel < 1e-4, "{} {:?} position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}", s.arch, s.ty);
+        }
+    }
+}
+
+/// KNOWN FAILING (see docs/benchmarks.md, "CPU vs CUDA agreement"): with quantized weights,
+/// for some shapes (head_dim 64; Q4_0 at head_dim 32) a few positions differ by ~1e-2 between the CUDA backend (host executor
+/// and GPU alike) and the CPU backend while the rest agree to 1e-7, deterministically. F16
+/// weights agree everywhere, so an activation-quantization difference is the suspect.
+/// Run with `cargo test --release -p kiln-host --test model_reference -- --ignored`.
+#[test]
+#[ignore = "known CPU/CUDA quantized-path discrepancy under investigation"]
+fn cuda_backend_on_host_grid_matches_cpu_backend_head_dim_64_quantized() {
+    use kiln_host::backend::cuda::Cuda;
+    let cases = [
+        Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::Q4_1, ..LLAMA },
+        Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::Q8_0, ..LLAMA },
+        Synth { n_embd: 128, head_dim: 32, ty: GgmlType::Q4_0, ..LLAMA },
+    ];
+    for s in cases {
+        let ty = s.ty;
+        let (file, _) = build(&s);
+        let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
+        let gpu = decode_steps(&Cuda::host::<policies::Hopper>(), &file, &TOKENS);
+        let rel = per_position_rel(&cpu, &gpu);
+        eprintln!("{ty:?}: {rel:?}");
+        assert!(rel.iter().all(|&r| r < 1e-4), "{ty:?}: per-position rel err {rel:?}");
+    }
+}

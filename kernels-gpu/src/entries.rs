@@ -7,6 +7,64 @@
 #[allow(unused_imports)]
 use crate::kernels::{attention, elementwise as ew, formats, matvec, norm};
 
+/// A kernel argument as a launch passes it: a device address or a scalar, by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    Ptr(u64),
+    U32(u32),
+    F32(f32),
+}
+
+/// How one parameter type of an entry is taken from an [`Arg`] on the host executor.
+#[cfg(not(target_arch = "nvptx64"))]
+pub trait FromArg: Sized {
+    /// What crosses into the executor's threads (`Sync`; pointers travel as addresses).
+    type Raw: Copy + Send + Sync;
+    fn raw(a: Arg) -> Option<Self::Raw>;
+    fn get(r: Self::Raw) -> Self;
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod from_arg {
+    use super::{Arg, FromArg};
+    impl<T> FromArg for *const T {
+        type Raw = u64;
+        fn raw(a: Arg) -> Option<u64> {
+            if let Arg::Ptr(p) = a { Some(p) } else { None }
+        }
+        fn get(r: u64) -> Self {
+            r as *const T
+        }
+    }
+    impl<T> FromArg for *mut T {
+        type Raw = u64;
+        fn raw(a: Arg) -> Option<u64> {
+            if let Arg::Ptr(p) = a { Some(p) } else { None }
+        }
+        fn get(r: u64) -> Self {
+            r as *mut T
+        }
+    }
+    impl FromArg for u32 {
+        type Raw = u32;
+        fn raw(a: Arg) -> Option<u32> {
+            if let Arg::U32(v) = a { Some(v) } else { None }
+        }
+        fn get(r: u32) -> Self {
+            r
+        }
+    }
+    impl FromArg for f32 {
+        type Raw = f32;
+        fn raw(a: Arg) -> Option<f32> {
+            if let Arg::F32(v) = a { Some(v) } else { None }
+        }
+        fn get(r: f32) -> Self {
+            r
+        }
+    }
+}
+
 #[cfg(all(target_arch = "nvptx64", kiln_target = "sm_80"))]
 type P = policies::Ampere;
 #[cfg(all(target_arch = "nvptx64", kiln_target = "sm_90"))]
@@ -22,6 +80,36 @@ macro_rules! kernel_table {
             $( pub const $name: &str = stringify!($name); )*
             /// Every entry a module must export.
             pub const ALL: &[&str] = &[$( stringify!($name) ),*];
+        }
+        /// Runs entry `name` on the host grid executor, instantiated for policy `Pol`, with the
+        /// argument list checked against the entry's parameters: the host twin of a GPU launch,
+        /// generated from the same table row as the PTX entry.
+        ///
+        /// # Safety
+        /// Pointer arguments must be host addresses valid for what the kernel reads and writes.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub unsafe fn run_on_host<Pol: policies::TargetPolicy>(
+            name: &str,
+            dims: crate::kernels::launch::Dims,
+            args: &[Arg],
+        ) -> Result<(), &'static str> {
+            $(
+                if name == stringify!($name) {
+                    if args.len() != [$(stringify!($arg)),*].len() {
+                        return Err(concat!(stringify!($name), ": wrong number of arguments"));
+                    }
+                    let mut it = args.iter();
+                    $(
+                        let $arg = <$ty as FromArg>::raw(*it.next().ok_or("argument count")?)
+                            .ok_or(concat!(stringify!($name), ": argument ", stringify!($arg), " has the wrong kind"))?;
+                    )*
+                    crate::device::host::launch(dims, || unsafe {
+                        $($body)::+::<Pol $(, $fmt)*>($(<$ty as FromArg>::get($arg)),*)
+                    });
+                    return Ok(());
+                }
+            )*
+            Err("unknown kernel entry")
         }
         $(
             #[cfg(target_arch = "nvptx64")]

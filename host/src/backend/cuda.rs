@@ -27,6 +27,11 @@ impl Cuda {
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
         Ok(Cuda { gpu: Rc::new(Gpu::new(modules, ordinal)?), pool: Rc::default() })
     }
+    /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
+    /// kernel bodies, run on the CPU (slow; tests and debugging).
+    pub fn host<P: policies::TargetPolicy>() -> Self {
+        Cuda { gpu: Rc::new(Gpu::host::<P>()), pool: Rc::default() }
+    }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }

@@ -35,18 +35,19 @@ pub fn pick_module(modules: &[PtxModule], cc: u32) -> Option<&PtxModule> {
     modules.iter().filter(|m| m.min_cc <= cc).max_by_key(|m| m.min_cc)
 }
 
-/// A kernel argument: device pointer or scalar, passed by value as the PTX entry declares it.
-#[derive(Clone, Copy, Debug)]
-pub enum Arg {
-    Ptr(u64),
-    U32(u32),
-    F32(f32),
+pub use kernels_gpu::entries::Arg;
+
+enum Mem<T> {
+    Cuda(CudaSlice<T>),
+    /// Host-executor memory (u128 words: 16-byte aligned like device allocations).
+    Host(Box<[u128]>),
 }
 
-/// A device buffer of `T`.
+/// A device buffer of `T` (or, on the host executor, a host allocation standing in for one).
 pub struct DBuf<T> {
-    slice: CudaSlice<T>,
+    mem: Mem<T>,
     ptr: u64,
+    len: usize,
 }
 
 impl<T> DBuf<T> {
@@ -54,36 +55,55 @@ impl<T> DBuf<T> {
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
-    /// Address of element `i` (no bounds check beyond the debug assertion; kernels index raw).
+    /// Address of element `i`.
     pub fn ptr_at(&self, i: usize) -> u64 {
-        debug_assert!(i <= self.slice.len());
+        debug_assert!(i <= self.len);
         self.ptr + (i * std::mem::size_of::<T>()) as u64
     }
     pub fn arg(&self) -> Arg {
         Arg::Ptr(self.ptr)
     }
     pub fn len(&self) -> usize {
-        self.slice.len()
+        self.len
     }
     pub fn is_empty(&self) -> bool {
-        self.slice.is_empty()
+        self.len == 0
     }
     pub fn bytes(&self) -> usize {
-        self.slice.len() * std::mem::size_of::<T>()
+        self.len * std::mem::size_of::<T>()
     }
 }
 
-/// The GPU: one device, one stream, the module for its architecture.
-pub struct Gpu {
+struct CudaImp {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     functions: HashMap<&'static str, CudaFunction>,
-    module: PtxModule,
+}
+
+/// Runs one kernel-table entry on the host grid executor (`run_on_host::<P>`).
+type HostRun = unsafe fn(&str, Dims, &[Arg]) -> Result<(), &'static str>;
+
+enum Imp {
+    Cuda(CudaImp),
+    Host(HostRun),
+}
+
+/// The GPU: one device, one stream, the module for its architecture. [`Gpu::host`] makes the
+/// same object over the host grid executor, so everything above this layer (the CUDA backend
+/// included) can be tested on a machine without a GPU.
+pub struct Gpu {
+    imp: Imp,
+    module_name: &'static str,
     shapes: &'static dyn LaunchShapes,
     name: String,
     cc: (i32, i32),
     sms: u32,
+}
+
+fn host_bytes(words: &[u128], n: usize) -> &[u8] {
+    // SAFETY: the allocation holds at least `n` bytes (checked by callers via `len`).
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, n) }
 }
 
 impl Gpu {
@@ -125,7 +145,20 @@ impl Gpu {
         let sms = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("{e:?}"))? as u32;
-        Ok(Gpu { ctx, stream, _module: loaded, functions, module, shapes, name, cc, sms })
+        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
+    }
+
+    /// The same runtime over the host grid executor, with kernels instantiated for policy `P`
+    /// (slow: one OS thread per GPU thread; for tests and debugging).
+    pub fn host<P: policies::TargetPolicy>() -> Gpu {
+        Gpu {
+            imp: Imp::Host(kernels_gpu::entries::run_on_host::<P>),
+            module_name: P::NAME,
+            shapes: shapes::for_module(P::NAME).expect("every policy has launch shapes"),
+            name: format!("host grid executor ({})", P::NAME),
+            cc: ((P::MIN_CC / 10) as i32, (P::MIN_CC % 10) as i32),
+            sms: 2,
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -140,66 +173,102 @@ impl Gpu {
     }
     /// The policy/module in use (`sm_90`, ...).
     pub fn module_name(&self) -> &'static str {
-        self.module.name
+        self.module_name
     }
     /// Launch shapes of the loaded module's policy.
     pub fn shapes(&self) -> &'static dyn LaunchShapes {
         self.shapes
     }
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+
+    fn host_alloc<T>(n: usize, init: Option<&[T]>) -> DBuf<T> {
+        let bytes = n * std::mem::size_of::<T>();
+        let mut words = vec![0u128; bytes.div_ceil(16).max(1)].into_boxed_slice();
+        if let Some(src) = init {
+            // SAFETY: `words` holds at least `bytes` bytes; `src` is `n` plain values.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, words.as_mut_ptr() as *mut u8, bytes) };
+        }
+        let ptr = words.as_ptr() as u64;
+        DBuf { mem: Mem::Host(words), ptr, len: n }
     }
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+
+    fn wrap<T>(&self, slice: CudaSlice<T>, stream: &Arc<CudaStream>) -> DBuf<T> {
+        let len = slice.len();
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(stream);
+            ptr
+        };
+        DBuf { mem: Mem::Cuda(slice), ptr, len }
     }
 
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DBuf<T>> {
-        let slice = self.stream.clone_htod(data).map_err(|e| anyhow!("upload of {} bytes failed: {e:?}", std::mem::size_of_val(data)))?;
-        Ok(self.wrap(slice))
+        match &self.imp {
+            Imp::Cuda(c) => {
+                let slice = c.stream.clone_htod(data).map_err(|e| anyhow!("upload of {} bytes failed: {e:?}", std::mem::size_of_val(data)))?;
+                Ok(self.wrap(slice, &c.stream))
+            }
+            Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
+        }
     }
 
     pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DBuf<T>> {
-        let slice = self
-            .stream
-            .alloc_zeros::<T>(n.max(1))
-            .map_err(|e| anyhow!("allocating {} bytes on the GPU failed: {e:?}", n * std::mem::size_of::<T>()))?;
-        Ok(self.wrap(slice))
-    }
-
-    fn wrap<T>(&self, slice: CudaSlice<T>) -> DBuf<T> {
-        let ptr = {
-            let (ptr, _sync) = slice.device_ptr(&self.stream);
-            ptr
-        };
-        DBuf { ptr, slice }
+        match &self.imp {
+            Imp::Cuda(c) => {
+                let slice = c
+                    .stream
+                    .alloc_zeros::<T>(n.max(1))
+                    .map_err(|e| anyhow!("allocating {} bytes on the GPU failed: {e:?}", n * std::mem::size_of::<T>()))?;
+                Ok(self.wrap(slice, &c.stream))
+            }
+            Imp::Host(_) => Ok(Self::host_alloc::<T>(n.max(1), None)),
+        }
     }
 
     pub fn write<T: DeviceRepr>(&self, dst: &mut DBuf<T>, data: &[T]) -> Result<()> {
         if data.len() > dst.len() {
             bail!("write of {} elements into a buffer of {}", data.len(), dst.len());
         }
-        let mut view = dst.slice.slice_mut(..data.len());
-        self.stream.memcpy_htod(data, &mut view).map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
+        match (&self.imp, &mut dst.mem) {
+            (Imp::Cuda(c), Mem::Cuda(slice)) => {
+                let mut view = slice.slice_mut(..data.len());
+                c.stream.memcpy_htod(data, &mut view).map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
+            }
+            (Imp::Host(_), Mem::Host(words)) => {
+                // SAFETY: bounds checked above.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr() as *const u8, words.as_mut_ptr() as *mut u8, std::mem::size_of_val(data)) };
+                Ok(())
+            }
+            _ => bail!("buffer belongs to another device"),
+        }
     }
 
     pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>) -> Result<Vec<T>> {
-        self.stream.clone_dtoh(&src.slice).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))
+        self.download_prefix(src, src.len())
     }
 
-    /// Copy the first `n` elements back.
+    /// Copy the first `n` elements back (waits for the work that writes them).
     pub fn download_prefix<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>, n: usize) -> Result<Vec<T>> {
+        if n > src.len() {
+            bail!("download of {n} elements from a buffer of {}", src.len());
+        }
         let mut out = vec![T::default(); n];
-        self.stream.memcpy_dtoh(&src.slice.slice(..n), &mut out).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
+        match (&self.imp, &src.mem) {
+            (Imp::Cuda(c), Mem::Cuda(slice)) => {
+                c.stream.memcpy_dtoh(&slice.slice(..n), &mut out).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
+                self.synchronize()?;
+            }
+            (Imp::Host(_), Mem::Host(words)) => {
+                let bytes = host_bytes(words, n * std::mem::size_of::<T>());
+                // SAFETY: `out` has room for `n` values of plain-data `T`.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len()) };
+            }
+            _ => bail!("buffer belongs to another device"),
+        }
         Ok(out)
     }
 
     /// Device-to-device copy of `src` into the start of `dst`.
     pub fn copy<T: DeviceRepr>(&self, src: &DBuf<T>, dst: &mut DBuf<T>) -> Result<()> {
-        if src.len() > dst.len() {
-            bail!("copy of {} elements into a buffer of {}", src.len(), dst.len());
-        }
-        let mut view = dst.slice.slice_mut(..src.len());
-        self.stream.memcpy_dtod(&src.slice, &mut view).map_err(|e| anyhow!("device-to-device copy failed: {e:?}"))
+        self.copy_range(src, 0, dst, 0, src.len())
     }
 
     /// Copy `n` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
@@ -208,38 +277,64 @@ impl Gpu {
             bail!("copy_range out of bounds");
         }
         let bytes = n * std::mem::size_of::<T>();
-        // SAFETY: both ranges were bounds-checked above; the copy is ordered on our stream.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(dst.ptr_at(dst_at), src.ptr_at(src_at), bytes, self.stream.cu_stream())
+        match &self.imp {
+            // SAFETY: both ranges were bounds-checked above; the copy is ordered on our stream.
+            Imp::Cuda(c) => unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr_at(dst_at), src.ptr_at(src_at), bytes, c.stream.cu_stream()) }
+                .map_err(|e| anyhow!("device-to-device copy failed: {e:?}")),
+            Imp::Host(_) => {
+                // SAFETY: bounds checked; `copy` tolerates overlap.
+                unsafe { std::ptr::copy(src.ptr_at(src_at) as *const u8, dst.ptr_at(dst_at) as *mut u8, bytes) };
+                Ok(())
+            }
         }
-        .map_err(|e| anyhow!("device-to-device copy failed: {e:?}"))
     }
 
-    /// Milliseconds the device spent on the work `f` enqueues, measured with two events.
+    /// Milliseconds the device spent on the work `f` enqueues, measured with two events (the
+    /// host executor: wall time).
     pub fn time_ms(&self, f: impl FnOnce() -> Result<()>) -> Result<f32> {
-        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = self.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
-        f()?;
-        let end = self.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
-        start.elapsed_ms(&end).map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
+        match &self.imp {
+            Imp::Cuda(c) => {
+                let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+                let start = c.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
+                f()?;
+                let end = c.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
+                start.elapsed_ms(&end).map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
+            }
+            Imp::Host(_) => {
+                let t = std::time::Instant::now();
+                f()?;
+                Ok(t.elapsed().as_secs_f32() * 1e3)
+            }
+        }
     }
 
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
-        self.ctx.mem_get_info().map_err(|e| anyhow!("{e:?}"))
+        match &self.imp {
+            Imp::Cuda(c) => c.ctx.mem_get_info().map_err(|e| anyhow!("{e:?}")),
+            Imp::Host(_) => bail!("the host executor has no device memory"),
+        }
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}"))
+        match &self.imp {
+            Imp::Cuda(c) => c.stream.synchronize().map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}")),
+            Imp::Host(_) => Ok(()),
+        }
     }
 
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
     /// must match the entry's parameter list in the kernel table.
     pub fn launch(&self, kernel: &'static str, dims: Dims, args: &[Arg]) -> Result<()> {
-        let f = self.functions.get(kernel).ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
         if dims.grid_x == 0 || dims.grid_y == 0 {
             return Ok(()); // empty problem
         }
+        let c = match &self.imp {
+            // SAFETY: pointer arguments are addresses of live host-executor buffers.
+            Imp::Host(run) => return unsafe { run(kernel, dims, args) }.map_err(|e| anyhow!("host launch of {kernel}: {e}")),
+            Imp::Cuda(c) => c,
+        };
+        let f = c.functions.get(kernel).ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
         let cfg = LaunchConfig { grid_dim: (dims.grid_x, dims.grid_y, 1), block_dim: (dims.block, 1, 1), shared_mem_bytes: dims.shared_bytes };
         if dims.shared_bytes > 48 * 1024 {
             f.set_attribute(
@@ -248,7 +343,7 @@ impl Gpu {
             )
             .map_err(|e| anyhow!("{kernel}: cannot raise shared memory to {} bytes: {e:?}", dims.shared_bytes))?;
         }
-        let mut b = self.stream.launch_builder(f);
+        let mut b = c.stream.launch_builder(f);
         // Each argument needs a stable address until launch: keep them in one vector.
         let vals: Vec<Arg> = args.to_vec();
         for a in &vals {

@@ -112,9 +112,11 @@ pub fn rsqrt(x: f32) -> f32 {
 #[inline(always)]
 pub fn sin_cos(x: f32) -> (f32, f32) {
     const INV_2PI: f32 = 0.159_154_94;
+    // 2π = P1 + P2 + P3 with P1, P2 short enough that k·P1 and k·P2 are exact for the k
+    // (< 2^12) RoPE angles reach, so the reduction loses nothing before the last term.
     const P1: f32 = 6.28125;
-    const P2: f32 = 0.001_934_051_5;
-    const P3: f32 = 1.215_422_8e-10;
+    const P2: f32 = 0.001_935_243_6;
+    const P3: f32 = 6.357_302e-8;
     let k = round(x * INV_2PI);
     let r = ((x - k * P1) - k * P2) - k * P3;
     let (s, c): (f32, f32);

@@ -56,7 +56,10 @@ fn nibble(qs: *const u8, i: usize) -> f32 {
     (if i < 16 { b & 0xf } else { b >> 4 }) as f32
 }
 
-/// Q4_0: value = d·(q − 8).
+/// Q4_0: value = d·(q − 8). The offset uses the exact integer Σx of the activation block (four
+/// more `dp4a`), not the f16-rounded `d·Σq`, so the result is the CPU backend's
+/// `d_w·d_x·Σ(q−8)·x` up to float rounding: the −8·Σx term is large and nearly cancels, so a
+/// rounded sum would cost ~1e-2 relative error.
 pub struct Q4_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_0 {
@@ -64,8 +67,14 @@ impl SplitFormat for Q4_0 {
     const SCALE_BYTES: usize = 2;
     const GGUF_BYTES: usize = 18;
     #[inline(always)]
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
-        half_at(scale) * (xd * nibble_dot(qs, xq) as f32 - 8.0 * xs)
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, _xs: f32) -> f32 {
+        let mut sum_x = 0;
+        let mut w = 0;
+        while w < 8 {
+            sum_x = dp4a_s32(0x0101_0101, xq[w], sum_x);
+            w += 1;
+        }
+        half_at(scale) * (xd * (nibble_dot(qs, xq) - 8 * sum_x) as f32)
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
