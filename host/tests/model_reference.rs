@@ -397,7 +397,8 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
 /// KNOWN FAILING (see docs/benchmarks.md, "CPU vs CUDA agreement"): with quantized weights,
 /// for some shapes (head_dim 64; Q4_0 at head_dim 32) a few positions differ by ~1e-2 between the CUDA backend (host executor
 /// and GPU alike) and the CPU backend while the rest agree to 1e-7, deterministically. F16
-/// weights agree everywhere, so an activation-quantization difference is the suspect.
+/// weights agree everywhere; the leading explanation is 8-bit activation codes flipping at
+/// rounding boundaries on ulp-level input differences (docs/benchmarks.md).
 /// Run with `cargo test --release -p kiln-host --test model_reference -- --ignored`.
 #[test]
 #[ignore = "known CPU/CUDA quantized-path discrepancy under investigation"]
