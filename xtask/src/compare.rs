@@ -9,6 +9,7 @@ use clap::Args as ClapArgs;
 use kiln_host::backend::Backend;
 use kiln_host::backend::cpu::Cpu;
 use kiln_host::backend::cuda::Cuda;
+use kiln_host::backend::lockstep::Lockstep;
 use kiln_host::engine::{Engine, GenParams};
 use kiln_host::models::Logits;
 use kiln_host::sampling::SamplerConfig;
@@ -27,6 +28,10 @@ pub struct Args {
     /// Run the CUDA backend on the host grid executor (Hopper policy) instead of a GPU.
     #[arg(long)]
     host_grid: bool,
+    /// Also run both backends in lockstep (identical inputs to every op) and report per-op
+    /// differences; fails if any op differs by more than this (relative to its output's scale).
+    #[arg(long)]
+    lockstep: Option<f32>,
 }
 
 fn argmax(v: &[f32]) -> (usize, f32, f32) {
@@ -55,8 +60,13 @@ fn decode_all<B: Backend + 'static>(e: &Engine<B>, tokens: &[u32]) -> Result<Vec
 
 pub fn run(a: Args) -> Result<()> {
     let mut cpu = Engine::load(Cpu::new(), &a.model, Some(1024)).context("CPU backend")?;
-    let backend = if a.host_grid { Cuda::host::<policies::Hopper>() } else { Cuda::new(kiln::PTX_MODULES, 0)? };
-    let gpu = Engine::load(backend, &a.model, Some(1024)).context("CUDA backend")?;
+    let new_cuda = || -> Result<Cuda> { if a.host_grid { Ok(Cuda::host::<policies::Hopper>()) } else { Cuda::new(kiln::PTX_MODULES, 0) } };
+    let gpu = Engine::load(new_cuda()?, &a.model, Some(1024)).context("CUDA backend")?;
+    let lock = match a.lockstep {
+        Some(tol) => Some(Engine::load(Lockstep::new(Cpu::new(), new_cuda()?, tol), &a.model, Some(1024)).context("lockstep")?),
+        None => None,
+    };
+    let mut lock_failed = false;
     let mut worst_rel = 0f64;
     let mut flips = 0;
     let mut wide_flips = 0;
@@ -68,6 +78,16 @@ pub fn run(a: Args) -> Result<()> {
         let seq: Vec<u32> = prompt.iter().chain(&g.tokens).copied().collect();
         let lc = decode_all(&cpu, &seq)?;
         let lg = decode_all(&gpu, &seq)?;
+        if let Some(l) = &lock {
+            decode_all(l, &seq)?;
+            let r = l.backend.report();
+            let worst: Vec<String> = r.worst.iter().map(|(k, w)| format!("{k} {w:.1e}")).collect();
+            println!("  lockstep: {} ops, worst per op: {}; over tolerance: {}", r.ops, worst.join(", "), r.mismatches.len());
+            for m in r.mismatches.iter().take(5) {
+                println!("    {m}");
+            }
+            lock_failed |= !r.mismatches.is_empty();
+        }
         ensure!(lc.len() == lg.len());
         let mut prompt_worst = 0f64;
         let mut same = 0;
@@ -96,7 +116,8 @@ pub fn run(a: Args) -> Result<()> {
         println!("{p:?}: {} positions, argmax agrees at {same}, max rel logit err {prompt_worst:.2e}", lc.len());
     }
     println!("overall: max rel logit err {worst_rel:.2e}; argmax flips {flips} (with CPU top-2 gap > 0.3: {wide_flips})");
-    ensure!(worst_rel < 1e-2, "logits differ by more than 1e-2 relative");
+    ensure!(!lock_failed, "an op differs between the backends by more than the lockstep tolerance");
+    ensure!(worst_rel < 1e-2, "logits differ by more than 1e-2 relative (free-running; see the lockstep figures for per-op agreement)");
     ensure!(wide_flips == 0, "an argmax flipped where the CPU's top two logits were more than 0.3 apart");
     Ok(())
 }
