@@ -56,7 +56,7 @@ PY
       echo "== CPU vs CUDA logits (teacher-forced), SmolLM2"
       M=/tmp/smollm2.gguf
       [ -f .gpu_b/model.part_b ] && cat /tmp/smollm2.part_a .gpu_b/model.part_b > $M
-      $G/xtask compare-backends -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
+      $G/xtask compare-backends --lockstep 1e-3 -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
         -p "Once upon a time, in a small village," -p "The three primary colors are" 2>&1 | tee "$OUT/compare.txt"
       ;;
     cache-a)
