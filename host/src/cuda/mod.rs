@@ -23,6 +23,11 @@ pub struct PtxModule {
     pub ptx: &'static str,
 }
 
+/// Launch shapes of policy `P` (what a module built for `P` is launched with).
+pub fn launch_shapes<P: policies::TargetPolicy>() -> &'static dyn LaunchShapes {
+    shapes::for_module(P::NAME).expect("every policy has launch shapes")
+}
+
 /// Whether a CUDA driver library can be loaded at all (cudarc panics if we try without one).
 pub fn driver_present() -> bool {
     // SAFETY: only probes for the shared library.
@@ -154,7 +159,7 @@ impl Gpu {
         Gpu {
             imp: Imp::Host(kernels_gpu::entries::run_on_host::<P>),
             module_name: P::NAME,
-            shapes: shapes::for_module(P::NAME).expect("every policy has launch shapes"),
+            shapes: launch_shapes::<P>(),
             name: format!("host grid executor ({})", P::NAME),
             cc: ((P::MIN_CC / 10) as i32, (P::MIN_CC % 10) as i32),
             sms: 2,
