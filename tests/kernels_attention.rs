@@ -64,14 +64,15 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
         let sb = upload(dev, src);
         let cb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
         let threads = (total * kvh * hd) as u32;
-        let args =
-            [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), Arg::U32(0), Arg::U32(threads)];
+        let zero = upload(dev, &[0u32]);
+        let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
         dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
         caches.push(cb);
     }
     let (kb, vb) = (caches[0], caches[1]);
 
     let qb = upload(dev, &q);
+    let pos = upload(dev, &[c.pos0]);
     let ob = poisoned::<f32>(dev, n * heads * hd, 0xff);
     let scale = c.sharpness / (hd as f32).sqrt();
     let dims = dev.shapes().attention(heads as u32, c.n, total as u32);
@@ -84,7 +85,7 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
         Arg::U32(c.kv_heads),
         Arg::U32(c.head_dim),
         Arg::U32(max_ctx as u32),
-        Arg::U32(c.pos0),
+        pos.arg(),
         Arg::F32(scale),
     ];
     dev.launch(names::kiln_attention, dims, &args);

@@ -183,7 +183,91 @@ fn matvec_f16(dev: &mut dyn Device, c: &F16Case) -> Result<(), TestCaseError> {
     check_err(dev, "matvec_f16", r::rel_err(&y, &want), 1e-5)
 }
 
+#[derive(Clone, Debug)]
+struct FusedCase {
+    fmt: BlockFormat,
+    /// Rows of each matrix; a third of 0 is the two-matrix form.
+    rows: [u32; 3],
+    blocks: u32,
+    n: u32,
+    wave: Option<u32>,
+    seed: u64,
+}
+
+fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
+    let rows = (1..=20u32, 1..=12u32, prop_oneof![Just(0u32), 1..=12u32]);
+    let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
+    (rows, prop_oneof![Just(1u32), 1..=12u32, 30..=36u32], 1..=2u32, wave, seed())
+        .prop_map(move |((a, b, c), blocks, n, wave, seed)| FusedCase { fmt, rows: [a, b, c], blocks, n, wave, seed })
+}
+
+fn entry(fmt: BlockFormat, q4_0: &'static str, q4_1: &'static str, q8_0: &'static str) -> &'static str {
+    match fmt {
+        BlockFormat::Q4_0 => q4_0,
+        BlockFormat::Q4_1 => q4_1,
+        BlockFormat::Q8_0 => q8_0,
+    }
+}
+
+/// `matvec3_split` (q/k/v in one launch) equals three separate mat-vecs' definition, and
+/// `matvec_swiglu_split` equals silu(x·Gᵀ)·(x·Uᵀ), both on the exact quantized activations.
+fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError> {
+    let (cols, n) = (c.blocks as usize * QK, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (xq_b, xds_b, xq, xds) = quantize(dev, &x, cols, n)?;
+    let mut args = Vec::new();
+    let mut mats = Vec::new();
+    for &rows in &c.rows {
+        let rows = rows as usize;
+        if rows == 0 {
+            args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
+            continue;
+        }
+        let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+        let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+        let (qs_b, sc_b, y_b) = (upload(dev, &qs), upload(dev, &sc), poisoned::<f32>(dev, n * rows, 0xff));
+        args.extend([qs_b.arg(), sc_b.arg(), y_b.arg(), Arg::U32(rows as u32)]);
+        mats.push((gguf, qs_b, sc_b, y_b, rows));
+    }
+    args.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
+    let all = dev.shapes().matvec_multi(&c.rows, n as u32, u32::MAX / 64);
+    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
+    dev.launch(entry(c.fmt, names::kiln_matvec3_q4_0, names::kiln_matvec3_q4_1, names::kiln_matvec3_q8_0), dims, &args);
+    let mut exact = Vec::new();
+    for (m, (gguf, _, _, y_b, rows)) in mats.iter().enumerate() {
+        let y = download::<f32>(dev, y_b);
+        check_written(dev, &format!("matvec3 output {m}"), &y)?;
+        let want = r::matvec_q8_1(c.fmt, gguf, *rows, cols, &xq, &xds);
+        check_err(dev, &format!("matvec3 matrix {m}"), r::rel_err(&y, &want), 1e-5)?;
+        exact.push(want);
+    }
+
+    // SwiGLU over the first matrix and a second of the same shape.
+    let rows = mats[0].4;
+    let up = g.gguf_blocks(c.fmt, rows * cols / QK);
+    let (uq, us) = split(c.fmt, &up, rows, cols);
+    let (uq_b, us_b, y_b) = (upload(dev, &uq), upload(dev, &us), poisoned::<f32>(dev, n * rows, 0xff));
+    let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
+    let (gq_b, gs_b) = (mats[0].1, mats[0].2);
+    let sargs = [gq_b.arg(), gs_b.arg(), uq_b.arg(), us_b.arg(), xq_b.arg(), xds_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
+    dev.launch(entry(c.fmt, names::kiln_matvec_swiglu_q4_0, names::kiln_matvec_swiglu_q4_1, names::kiln_matvec_swiglu_q8_0), dims, &sargs);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "matvec_swiglu output", &y)?;
+    let up_exact = r::matvec_q8_1(c.fmt, &up, rows, cols, &xq, &xds);
+    let want: Vec<f64> = exact[0].iter().zip(&up_exact).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+    // Relative to |g·u|, not to the result: for g ≲ −88 silu(g) underflows f32 to 0 while the
+    // f64 value is ~1e-40, a relative error of 1 that is no error at all.
+    let err: f64 = y.iter().zip(&want).map(|(&o, &w)| (o as f64 - w).abs()).sum();
+    let scale: f64 = exact[0].iter().zip(&up_exact).map(|(g, u)| (g * u).abs()).sum::<f64>().max(1e-30);
+    check_err(dev, "matvec_swiglu", err / scale, 2e-5)
+}
+
 kernel_properties! {
+    host_matvec_fused_q4_0, gpu_matvec_fused_q4_0: fused_case(BlockFormat::Q4_0) => matvec_fused;
+    host_matvec_fused_q4_1, gpu_matvec_fused_q4_1: fused_case(BlockFormat::Q4_1) => matvec_fused;
+    host_matvec_fused_q8_0, gpu_matvec_fused_q8_0: fused_case(BlockFormat::Q8_0) => matvec_fused;
     host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
     host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
     host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;

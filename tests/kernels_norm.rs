@@ -71,7 +71,59 @@ fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `rms_norm_q8` writes what `rms_norm` then `quantize_q8_1` write, bit for bit: the fused
+/// path may never change a single activation code.
+fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, (c.cols as usize).div_ceil(32) * 32);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(rows, cols);
+    let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect();
+    let (xb, wb) = (upload(dev, &x), upload(dev, &w));
+    let (cu, eps) = (Arg::U32(cols as u32), Arg::F32(1e-6));
+    let dims = dev.shapes().per_row(rows as u32);
+    let plain = poisoned::<f32>(dev, rows * cols, 0xff);
+    dev.launch(names::kiln_rms_norm, dims, &[xb.arg(), wb.arg(), plain.arg(), cu, eps]);
+    let (q_ref, ds_ref) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(cols as u32, rows as u32), &[plain.arg(), q_ref.arg(), ds_ref.arg(), cu]);
+    let fused = poisoned::<f32>(dev, rows * cols, 0xff);
+    let (q, ds) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+    dev.launch(names::kiln_rms_norm_q8, dims, &[xb.arg(), wb.arg(), fused.arg(), q.arg(), ds.arg(), cu, eps]);
+    let label = dev.label();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    prop_assert_eq!(bits(download::<f32>(dev, &fused)), bits(download::<f32>(dev, &plain)), "{}: normed values", label);
+    prop_assert_eq!(download::<i8>(dev, &q), download::<i8>(dev, &q_ref), "{}: codes", label);
+    prop_assert_eq!(bits(download::<f32>(dev, &ds)), bits(download::<f32>(dev, &ds_ref)), "{}: block scales", label);
+    Ok(())
+}
+
+/// Row argmax against the CPU rule: first index of the maximum, NaN never chosen, 0 when no
+/// element beats −∞. Rows mix ties, NaNs and infinities.
+fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, c.cols as usize);
+    let mut g = Gen::new(c.seed);
+    let mut x: Vec<f32> = (0..rows * cols).map(|_| (g.normal() * 4.0).round()).collect(); // many ties
+    for v in x.iter_mut() {
+        if g.chance(0.05) {
+            *v = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY][(g.normal().abs() * 10.0) as usize % 3];
+        }
+    }
+    if g.chance(0.2) {
+        x[..cols].fill(f32::NEG_INFINITY); // a row where nothing beats −∞
+    }
+    let xb = upload(dev, &x);
+    let out = poisoned::<u32>(dev, rows, 0xff);
+    dev.launch(names::kiln_argmax, dev.shapes().argmax(rows as u32), &[xb.arg(), out.arg(), Arg::U32(cols as u32)]);
+    let got = download::<u32>(dev, &out);
+    for (r, row) in x.chunks(cols).enumerate() {
+        let want = row.iter().enumerate().fold((0u32, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i as u32, v) } else { b }).0;
+        prop_assert_eq!(got[r], want, "{}: row {}", dev.label(), r);
+    }
+    Ok(())
+}
+
 kernel_properties! {
+    host_rms_norm_q8, gpu_rms_norm_q8: row_case() => rms_norm_q8;
+    host_argmax, gpu_argmax: row_case() => argmax;
     host_rms_norm, gpu_rms_norm: row_case() => rms_norm;
     host_softmax, gpu_softmax: row_case() => softmax;
 }

@@ -191,8 +191,12 @@ impl<B: Backend + 'static> Engine<B> {
             if out.tokens.len() >= params.max_tokens {
                 break;
             }
-            let mut host = self.backend.read(&logits)?;
-            let tok = sampler.sample(&mut host, &history);
+            // Greedy decoding moves one id per token to the host, not the logits row.
+            let tok = if sampler.is_plain_argmax() {
+                self.backend.argmax(&logits)?[0]
+            } else {
+                sampler.sample(&mut self.backend.read(&logits)?, &history)
+            };
             if !params.ignore_eos && tokenizer.is_eot(tok) {
                 out.stop = StopReason::Eos;
                 break;
@@ -245,5 +249,5 @@ fn forward<B: Backend>(
     pos: usize,
 ) -> Result<B::Tensor> {
     let (cache, _) = cache.as_mut().context("KV cache not allocated")?;
-    model.forward(backend, cache, tokens, pos, Logits::Last)
+    backend.step(cache, tokens, pos, &mut |b, c| model.forward(b, c, tokens, pos, Logits::Last))
 }

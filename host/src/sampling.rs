@@ -82,6 +82,14 @@ impl Sampler {
         self.rng = StdRng::seed_from_u64(self.config.seed);
     }
 
+    /// Whether [`Sampler::sample`] reduces to the argmax of the raw logits (greedy, no
+    /// penalties): the caller may then take the argmax on the device and skip reading logits.
+    pub fn is_plain_argmax(&self) -> bool {
+        let c = &self.config;
+        let neutral = c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+        (c.temperature <= 0.0 || c.top_k == 1) && (neutral || c.repeat_last_n == 0)
+    }
+
     /// Picks the next token. `logits` (one per vocabulary entry) are modified in place by the
     /// penalties; `history` is the sequence so far (prompt and generated), most recent last.
     /// NaN logits count as -inf. An empty `logits` gives 0.

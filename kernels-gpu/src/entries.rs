@@ -127,16 +127,24 @@ kernel_table! {
     kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
+    kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
+    kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
+    kiln_matvec_swiglu_q4_0 = matvec::matvec_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_swiglu_q4_1 = matvec::matvec_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_swiglu_q8_0 = matvec::matvec_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
+    kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
+    kiln_argmax = norm::argmax [] (x: *const f32, out: *mut u32, cols: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
-    kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos0: u32, log2_base: f32, neox: u32, threads: u32);
+    kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, threads: u32);
     kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
     kiln_add_assign = ew::add_assign [] (acc: *mut f32, x: *const f32, len: u32);
     kiln_embed_q4_0 = ew::embed_split [formats::Q4_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q4_1 = ew::embed_split [formats::Q4_1] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q8_0 = ew::embed_split [formats::Q8_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_f16 = ew::embed_f16 [] (table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
-    kiln_kv_store = ew::kv_store [] (src: *const f32, cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos0: u32, threads: u32);
-    kiln_attention = attention::attention [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, pos0: u32, scale: f32);
+    kiln_kv_store = ew::kv_store [] (src: *const f32, cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, threads: u32);
+    kiln_attention = attention::attention [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, scale: f32);
 }

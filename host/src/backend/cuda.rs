@@ -2,35 +2,87 @@
 //! [`crate::cuda::Gpu`]. Weights are uploaded once, in the split layout the mat-vec kernels read
 //! with 16-byte loads; activations and the f16 KV cache stay on the device. Activation buffers
 //! come from a small size-keyed pool, so decoding allocates nothing after the first token.
+//!
+//! Decode steps are recorded once into a CUDA graph and replayed (see [`Backend::step`]): the
+//! kernels read the step's position and token ids from a small device buffer, so one recording
+//! serves every position. A norm feeding a quantized mat-vec also emits the Q8_1 activations
+//! the mat-vec reads, and the q/k/v and gate/up projections run as one launch each.
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
-use crate::cuda::{Arg, DBuf, Gpu, PtxModule};
+use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
 use crate::gguf::{GgmlType, GgufFile};
 
-type Pool = Rc<RefCell<HashMap<usize, Vec<DBuf<f32>>>>>;
+/// Free activation buffers by element count. While a step is recorded, buffers come from and
+/// return to `recording` instead, which the recorded graph keeps: its buffers are then never
+/// handed out again, so nothing held across a replay can be overwritten by it.
+#[derive(Default)]
+struct PoolState {
+    free: HashMap<usize, Vec<DBuf<f32>>>,
+    recording: Option<HashMap<usize, Vec<DBuf<f32>>>>,
+}
+type Pool = Rc<RefCell<PoolState>>;
+
+/// Token counts up to which the q/k/v and gate/up projections use the fused mat-vec kernels;
+/// larger batches (prefill) take one matmul per weight.
+const FUSED_MAX_TOKENS: usize = 8;
+
+/// The step (position and token ids) kernels read from device memory, and recorded steps.
+struct Steps {
+    /// `[pos, id_0, id_1, ..]` of the current step.
+    buf: DBuf<u32>,
+    /// Inside [`Backend::step`]: `buf` already holds this step's position and tokens.
+    in_step: bool,
+    /// Step shapes (cache, tokens) run once eagerly: their buffers are in the pool, so a
+    /// recording of the next one allocates nothing.
+    warm: HashSet<(u64, usize)>,
+    graphs: HashMap<(u64, usize), Recorded>,
+    /// While recording: rows of the embedding table the step reads (replays check ids).
+    vocab: Option<usize>,
+    /// Recording is on (CUDA device, `KILN_CUDA_GRAPHS` not `0`, no recording has failed).
+    enabled: bool,
+}
+
+struct Recorded {
+    graph: Graph,
+    /// The step's output (logits), copied out after each replay.
+    out: DBuf<f32>,
+    rows: usize,
+    cols: usize,
+    vocab: usize,
+    /// Intermediate buffers the graph's kernels address.
+    _buffers: Vec<DBuf<f32>>,
+}
 
 pub struct Cuda {
     gpu: Rc<Gpu>,
     pool: Pool,
+    steps: RefCell<Steps>,
 }
 
 impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
-        Ok(Cuda { gpu: Rc::new(Gpu::new(modules, ordinal)?), pool: Rc::default() })
+        Self::on(Gpu::new(modules, ordinal)?)
     }
     /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
     /// kernel bodies, run on the CPU (slow; tests and debugging).
     pub fn host<P: policies::TargetPolicy>() -> Self {
-        Cuda { gpu: Rc::new(Gpu::host::<P>()), pool: Rc::default() }
+        Self::on(Gpu::host::<P>()).expect("host executor allocations cannot fail")
+    }
+    fn on(gpu: Gpu) -> Result<Self> {
+        let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
+        let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled };
+        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps) })
     }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -38,11 +90,52 @@ impl Cuda {
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         let n = (rows * cols).max(1);
-        let buf = match self.pool.borrow_mut().get_mut(&n).and_then(Vec::pop) {
+        let mut guard = self.pool.borrow_mut();
+        let st = &mut *guard;
+        let reused = st.recording.as_mut().and_then(|r| r.get_mut(&n).and_then(Vec::pop));
+        let buf = match reused.or_else(|| st.free.get_mut(&n).and_then(Vec::pop)) {
             Some(b) => b,
-            None => self.gpu.alloc::<f32>(n)?,
+            None if st.recording.is_some() => bail!("recording a step needs a new buffer of {n} values"),
+            None => {
+                drop(guard);
+                self.gpu.alloc::<f32>(n)?
+            }
         };
-        Ok(CudaTensor { buf: Some(buf), rows, cols, pool: self.pool.clone() })
+        Ok(CudaTensor { buf: Some(buf), rows, cols, pool: self.pool.clone(), q8: None })
+    }
+
+    /// Puts `values` at `at` of the step buffer unless a step already did (then they are there).
+    fn step_arg(&self, at: usize, values: &[u32]) -> Result<Arg> {
+        let mut st = self.steps.borrow_mut();
+        if !st.in_step {
+            if at + values.len() > st.buf.len() {
+                st.buf = self.gpu.alloc::<u32>((at + values.len()).next_power_of_two())?;
+            }
+            self.gpu.write_at(&mut st.buf, at, values)?;
+        }
+        Ok(Arg::Ptr(st.buf.ptr_at(at)))
+    }
+    /// Device address of the step's first position.
+    fn pos_arg(&self, pos: usize) -> Result<Arg> {
+        self.step_arg(0, &[u32::try_from(pos).map_err(|_| anyhow::anyhow!("position {pos} is too large for the GPU kernels"))?])
+    }
+
+    /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
+    /// quantized here.
+    fn with_q8<T>(&self, x: &CudaTensor, f: impl FnOnce(Arg, Arg) -> Result<T>) -> Result<T> {
+        if let Some(q) = &x.q8 {
+            return f(q.0.arg(), q.1.arg());
+        }
+        ensure!(x.cols % 32 == 0, "quantized matmul: {} columns are not whole 32-blocks", x.cols);
+        let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
+        let sh = self.gpu.shapes();
+        self.gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(x.cols as u32, x.rows as u32), &[x.arg(), xq.arg(), xds.arg(), Arg::U32(x.cols as u32)])?;
+        f(xq.arg(), xds.arg())
+    }
+    /// Buffers for Q8_1 activations of `rows × cols`: i8 codes (4 per f32 slot) and (d, d·Σq)
+    /// per 32-block.
+    fn q8_buffers(&self, rows: usize, cols: usize) -> Result<(CudaTensor, CudaTensor)> {
+        Ok((self.tensor(rows, cols / 4)?, self.tensor(rows, cols / 16)?))
     }
 }
 
@@ -52,6 +145,8 @@ pub struct CudaTensor {
     rows: usize,
     cols: usize,
     pool: Pool,
+    /// The same values as Q8_1 blocks, when the producing kernel emitted them (norms).
+    q8: Option<Box<(CudaTensor, CudaTensor)>>,
 }
 
 impl CudaTensor {
@@ -69,7 +164,13 @@ impl CudaTensor {
 impl Drop for CudaTensor {
     fn drop(&mut self) {
         if let Some(b) = self.buf.take() {
-            self.pool.borrow_mut().entry(b.len()).or_default().push(b);
+            let mut guard = self.pool.borrow_mut();
+            let st = &mut *guard;
+            let list = match &mut st.recording {
+                Some(r) => r.entry(b.len()).or_default(),
+                None => st.free.entry(b.len()).or_default(),
+            };
+            list.push(b);
         }
     }
 }
@@ -107,6 +208,8 @@ impl Shape for CudaWeight {
 }
 
 pub struct CudaKvCache {
+    /// Unique per cache: recorded steps address one cache's buffers.
+    id: u64,
     k: Vec<DBuf<u16>>,
     v: Vec<DBuf<u16>>,
     spec: KvSpec,
@@ -172,7 +275,8 @@ impl Backend for Cuda {
             k.push(self.gpu.alloc::<u16>(per_layer)?);
             v.push(self.gpu.alloc::<u16>(per_layer)?);
         }
-        Ok(CudaKvCache { k, v, spec: *spec })
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Ok(CudaKvCache { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), k, v, spec: *spec })
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<CudaTensor> {
@@ -187,10 +291,9 @@ impl Backend for Cuda {
     }
 
     fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
-        let v = self.read(x)?;
-        Ok(v.chunks(x.cols)
-            .map(|r| r.iter().enumerate().fold((0u32, f32::NEG_INFINITY), |b, (i, &y)| if y > b.1 { (i as u32, y) } else { b }).0)
-            .collect())
+        let out = self.gpu.alloc::<u32>(x.rows)?;
+        self.gpu.launch(names::kiln_argmax, self.gpu.shapes().argmax(x.rows as u32), &[x.arg(), out.arg(), u32_arg(x.cols, "argmax width")?])?;
+        self.gpu.download(&out)
     }
 
     fn rows(&self, x: &CudaTensor, start: usize, n: usize) -> Result<CudaTensor> {
@@ -204,7 +307,13 @@ impl Backend for Cuda {
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
             bail!("token id {bad} is outside the vocabulary of {} ({} rows)", table.name, table.rows);
         }
-        let ids_d = self.gpu.upload(ids)?;
+        let ids_d = self.step_arg(1, ids)?;
+        {
+            let mut st = self.steps.borrow_mut();
+            if st.vocab.is_some() {
+                st.vocab = Some(table.rows);
+            }
+        }
         let out = self.tensor(ids.len(), table.cols)?;
         let threads = ids.len() * table.cols;
         let dims = self.gpu.shapes().flat(threads as u32);
@@ -216,9 +325,9 @@ impl Backend for Cuda {
                     GgmlType::Q4_1 => names::kiln_embed_q4_1,
                     _ => names::kiln_embed_q8_0,
                 };
-                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), ids_d.arg(), out.arg(), cols, threads])?
+                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), ids_d, out.arg(), cols, threads])?
             }
-            Storage::F16(w) => self.gpu.launch(names::kiln_embed_f16, dims, &[w.arg(), ids_d.arg(), out.arg(), cols, threads])?,
+            Storage::F16(w) => self.gpu.launch(names::kiln_embed_f16, dims, &[w.arg(), ids_d, out.arg(), cols, threads])?,
             Storage::F32(_) => bail!("tensor {}: f32 embedding tables are not supported by the CUDA backend", table.name),
         }
         Ok(out)
@@ -233,15 +342,12 @@ impl Backend for Cuda {
             Storage::Split { ty, qs, scales } => {
                 let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
                 ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
-                let xq = self.tensor(x.rows, x.cols / 4)?; // i8 activations, 4 per f32 slot
-                let xds = self.tensor(x.rows, x.cols / 16)?; // (d, d·Σq) per 32-block
-                self.gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(w.cols as u32, n), &[x.arg(), xq.arg(), xds.arg(), cols])?;
                 let k = match ty {
                     GgmlType::Q4_0 => names::kiln_matvec_q4_0,
                     GgmlType::Q4_1 => names::kiln_matvec_q4_1,
                     _ => names::kiln_matvec_q8_0,
                 };
-                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq.arg(), xds.arg(), out.arg(), rows, cols])?;
+                self.with_q8(x, |xq, xds| self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols]))?;
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
             Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),
@@ -252,13 +358,17 @@ impl Backend for Cuda {
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
         let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
         ensure!(x.cols % w.cols == 0, "norm {}: {} columns are not groups of {}", w.name, x.cols, w.cols);
-        let out = self.tensor(x.rows, x.cols)?;
+        let mut out = self.tensor(x.rows, x.cols)?;
         let groups = x.len() / w.cols;
-        self.gpu.launch(
-            names::kiln_rms_norm,
-            self.gpu.shapes().per_row(groups as u32),
-            &[x.arg(), wd.arg(), out.arg(), u32_arg(w.cols, "norm width")?, Arg::F32(eps)],
-        )?;
+        let (dims, cols) = (self.gpu.shapes().per_row(groups as u32), u32_arg(w.cols, "norm width")?);
+        if w.cols == x.cols && x.cols % 32 == 0 {
+            // A whole-row norm feeds a quantized projection: emit its Q8_1 blocks as well.
+            let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
+            self.gpu.launch(names::kiln_rms_norm_q8, dims, &[x.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), cols, Arg::F32(eps)])?;
+            out.q8 = Some(Box::new((xq, xds)));
+        } else {
+            self.gpu.launch(names::kiln_rms_norm, dims, &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)])?;
+        }
         Ok(out)
     }
 
@@ -267,6 +377,7 @@ impl Backend for Cuda {
         let heads = x.cols / rope.head_dim;
         let threads = x.rows * heads * rope.rot_dim / 2;
         let neox = u32::from(rope.style == RopeStyle::Neox);
+        x.q8 = None;
         self.gpu.launch(
             names::kiln_rope,
             self.gpu.shapes().flat(threads as u32),
@@ -275,7 +386,7 @@ impl Backend for Cuda {
                 u32_arg(heads, "heads")?,
                 u32_arg(rope.head_dim, "head_dim")?,
                 u32_arg(rope.rot_dim, "rot_dim")?,
-                u32_arg(pos, "position")?,
+                self.pos_arg(pos)?,
                 Arg::F32(rope.freq_base.log2()),
                 Arg::U32(neox),
                 u32_arg(threads, "rope size")?,
@@ -294,6 +405,7 @@ impl Backend for Cuda {
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
         ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
         let n = x.len();
+        x.q8 = None;
         self.gpu.launch(names::kiln_add_assign, self.gpu.shapes().flat(n as u32), &[x.arg(), y.arg(), u32_arg(n, "len")?])
     }
 
@@ -313,6 +425,7 @@ impl Backend for Cuda {
         ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
         ensure!(attn.head_dim % 32 == 0 && attn.head_dim <= 256, "head_dim {} unsupported on the GPU (multiple of 32, ≤ 256)", attn.head_dim);
         let sh = self.gpu.shapes();
+        let pos_d = self.pos_arg(pos)?;
         let store_threads = n * spec.n_kv_head * spec.head_dim;
         for (src, dst) in [(k, &cache.k[layer]), (v, &cache.v[layer])] {
             self.gpu.launch(
@@ -324,12 +437,14 @@ impl Backend for Cuda {
                     u32_arg(spec.n_kv_head, "kv heads")?,
                     u32_arg(spec.head_dim, "head_dim")?,
                     u32_arg(spec.max_seq, "context")?,
-                    u32_arg(pos, "position")?,
+                    pos_d,
                     u32_arg(store_threads, "kv size")?,
                 ],
             )?;
         }
-        let dims = sh.attention(attn.n_head as u32, n as u32, (pos + n) as u32);
+        // Inside a step (maybe recorded) the launch must not depend on the position.
+        let max_len = if self.steps.borrow().in_step { spec.max_seq } else { pos + n };
+        let dims = sh.attention(attn.n_head as u32, n as u32, max_len as u32);
         ensure!(dims.shared_bytes <= sh.max_shared_bytes(), "context of {} tokens exceeds the attention kernel's shared memory", pos + n);
         let out = self.tensor(n, attn.n_head * attn.head_dim)?;
         self.gpu.launch(
@@ -344,10 +459,147 @@ impl Backend for Cuda {
                 u32_arg(attn.n_kv_head, "kv heads")?,
                 u32_arg(attn.head_dim, "head_dim")?,
                 u32_arg(spec.max_seq, "context")?,
-                u32_arg(pos, "position")?,
+                pos_d,
                 Arg::F32(attn.scale),
             ],
         )?;
+        Ok(out)
+    }
+
+    fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+        let Some((ty, parts)) = split_parts(ws).filter(|_| x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len())) else {
+            return ws.iter().map(|w| self.matmul(x, w)).collect();
+        };
+        let w0 = ws[0];
+        ensure!(ws.iter().all(|w| w.cols == x.cols), "matmul_many: activations have {} columns, {} has {}", x.cols, w0.name, w0.cols);
+        let outs = ws.iter().map(|w| self.tensor(x.rows, w.rows)).collect::<Result<Vec<_>>>()?;
+        let mut args = Vec::with_capacity(15);
+        for i in 0..3 {
+            match (parts.get(i), outs.get(i), ws.get(i)) {
+                (Some((qs, sc)), Some(o), Some(w)) => args.extend([qs.arg(), sc.arg(), o.arg(), u32_arg(w.rows, "rows")?]),
+                _ => args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]),
+            }
+        }
+        let rows: Vec<u32> = ws.iter().map(|w| w.rows as u32).collect();
+        let dims = self.gpu.shapes().matvec_multi(&rows, x.rows as u32, self.gpu.sm_count());
+        let k = match ty {
+            GgmlType::Q4_0 => names::kiln_matvec3_q4_0,
+            GgmlType::Q4_1 => names::kiln_matvec3_q4_1,
+            _ => names::kiln_matvec3_q8_0,
+        };
+        self.with_q8(x, |xq, xds| {
+            args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
+            self.gpu.launch(k, dims, &args)
+        })?;
+        Ok(outs)
+    }
+
+    fn matmul_swiglu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight) -> Result<CudaTensor> {
+        let fused = split_parts(&[gate, up]).filter(|_| x.rows <= FUSED_MAX_TOKENS && gate.rows == up.rows && gate.cols == x.cols && up.cols == x.cols);
+        let Some((ty, parts)) = fused else {
+            return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
+        };
+        let out = self.tensor(x.rows, gate.rows)?;
+        let dims = self.gpu.shapes().matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count());
+        let k = match ty {
+            GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,
+            GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
+            _ => names::kiln_matvec_swiglu_q8_0,
+        };
+        let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
+        self.with_q8(x, |xq, xds| {
+            self.gpu.launch(k, dims, &[gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, out.arg(), u32_arg(gate.rows, "rows")?, u32_arg(x.cols, "cols")?])
+        })?;
+        Ok(out)
+    }
+
+    fn step(
+        &self,
+        cache: &mut CudaKvCache,
+        tokens: &[u32],
+        pos: usize,
+        run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
+    ) -> Result<CudaTensor> {
+        let n = tokens.len();
+        let mut step = vec![u32::try_from(pos).map_err(|_| anyhow::anyhow!("position {pos} is too large for the GPU kernels"))?];
+        step.extend_from_slice(tokens);
+        self.step_arg(0, &step)?;
+        let key = (cache.id, n);
+        let (recorded, record) = {
+            let st = self.steps.borrow();
+            (st.graphs.contains_key(&key), st.enabled && n == 1 && st.warm.contains(&key))
+        };
+        if recorded {
+            return self.replay(key, tokens);
+        }
+        self.steps.borrow_mut().in_step = true;
+        let result = if record { self.record(key, cache, run) } else { run(self, cache).map(Some) };
+        let mut st = self.steps.borrow_mut();
+        st.in_step = false;
+        st.warm.insert(key);
+        drop(st);
+        match result? {
+            Some(out) => Ok(out),
+            None => self.replay(key, tokens), // recorded, not yet run
+        }
+    }
+}
+
+/// The split-layout planes of weights that all share one 32-block format, or `None`.
+#[allow(clippy::type_complexity)]
+fn split_parts<'a>(ws: &[&'a CudaWeight]) -> Option<(GgmlType, Vec<(&'a DBuf<u8>, &'a DBuf<u8>)>)> {
+    let mut ty0 = None;
+    let mut parts = Vec::with_capacity(ws.len());
+    for w in ws {
+        let Storage::Split { ty, qs, scales } = &w.storage else { return None };
+        if *ty0.get_or_insert(*ty) != *ty {
+            return None;
+        }
+        parts.push((qs, scales));
+    }
+    Some((ty0?, parts))
+}
+
+impl Cuda {
+    /// Records `run` as the graph for step shape `key` (returns `None`: nothing ran yet). On
+    /// failure (an op that cannot be recorded), recording is switched off for this backend and
+    /// the step runs eagerly (returns its output).
+    fn record(&self, key: (u64, usize), cache: &mut CudaKvCache, run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>) -> Result<Option<CudaTensor>> {
+        {
+            let mut st = self.steps.borrow_mut();
+            st.graphs.retain(|k, _| k.0 == key.0); // graphs of older caches address freed memory
+            st.vocab = Some(0);
+        }
+        self.pool.borrow_mut().recording = Some(HashMap::new());
+        let captured = self.gpu.capture(|| run(self, cache));
+        let buffers: Vec<DBuf<f32>> = self.pool.borrow_mut().recording.take().unwrap_or_default().into_values().flatten().collect();
+        let vocab = self.steps.borrow_mut().vocab.take().unwrap_or(0);
+        match captured {
+            Ok((mut out, graph)) => {
+                let (rows, cols) = (out.rows, out.cols);
+                let buf = out.buf.take().expect("output buffer");
+                self.steps.borrow_mut().graphs.insert(key, Recorded { graph, out: buf, rows, cols, vocab, _buffers: buffers });
+                Ok(None)
+            }
+            Err(e) => {
+                eprintln!("kiln: recording a decode step as a CUDA graph failed ({e:#}); decoding without graphs");
+                self.steps.borrow_mut().enabled = false;
+                run(self, cache).map(Some)
+            }
+        }
+    }
+
+    /// Replays the recorded step `key` (tokens and position already in the step buffer) and
+    /// returns a copy of its output.
+    fn replay(&self, key: (u64, usize), tokens: &[u32]) -> Result<CudaTensor> {
+        let st = self.steps.borrow();
+        let g = &st.graphs[&key];
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= g.vocab) {
+            bail!("token id {bad} is outside the vocabulary ({} rows)", g.vocab);
+        }
+        self.gpu.replay(&g.graph)?;
+        let out = self.tensor(g.rows, g.cols)?;
+        self.gpu.copy_range(&g.out, 0, out.buf(), 0, g.rows * g.cols)?;
         Ok(out)
     }
 }

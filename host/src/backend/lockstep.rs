@@ -116,6 +116,16 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor> {
         self.check(&format!("matmul {}", w.2), "matmul", self.reference.matmul(&x.0, &w.0)?, self.candidate.matmul(&x.1, &w.1)?)
     }
+    fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
+        let r = self.reference.matmul_many(&x.0, &ws.iter().map(|w| &w.0).collect::<Vec<_>>())?;
+        let c = self.candidate.matmul_many(&x.1, &ws.iter().map(|w| &w.1).collect::<Vec<_>>())?;
+        r.into_iter().zip(c).zip(ws).map(|((r, c), w)| self.check(&format!("matmul_many {}", w.2), "matmul", r, c)).collect()
+    }
+    fn matmul_swiglu(&self, x: &Self::Tensor, g: &Self::Weight, u: &Self::Weight) -> Result<Self::Tensor> {
+        let r = self.reference.matmul_swiglu(&x.0, &g.0, &u.0)?;
+        let c = self.candidate.matmul_swiglu(&x.1, &g.1, &u.1)?;
+        self.check(&format!("matmul_swiglu {}", g.2), "matmul_swiglu", r, c)
+    }
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor> {
         let r = self.reference.rms_norm(&x.0, &w.0, eps)?;
         let c = self.candidate.rms_norm(&x.1, &w.1, eps)?;

@@ -98,6 +98,15 @@ pub trait Backend {
     fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
     /// `x · wᵀ`: `[n, w.cols]` → `[n, w.rows]`; the weight may be quantized.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// `[x·w₀ᵀ, x·w₁ᵀ, ..]` for weights of equal width (the q/k/v projections of one input):
+    /// a backend may compute them in one pass.
+    fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
+    /// `silu(x·gateᵀ) ⊙ (x·upᵀ)`, the first half of a SwiGLU feed-forward; a backend may fuse it.
+    fn matmul_swiglu(&self, x: &Self::Tensor, gate: &Self::Weight, up: &Self::Weight) -> Result<Self::Tensor> {
+        self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?)
+    }
     /// RMSNorm over each group of `w.cols` columns (a whole row, or one head for QK-norm),
     /// scaled by `w`.
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
@@ -121,4 +130,20 @@ pub trait Backend {
         pos: usize,
         attn: &Attention,
     ) -> Result<Self::Tensor>;
+
+    /// One forward step over `tokens` at positions `pos..`: `run` issues the ops. A backend that
+    /// can record work (CUDA graphs) may record a decode step once and replay the recording
+    /// for later steps with the same cache and token count, feeding it the new tokens and
+    /// position from device memory; `run` must therefore issue the same ops at every such step,
+    /// which a model's forward pass does.
+    fn step(
+        &self,
+        cache: &mut Self::KvCache,
+        tokens: &[u32],
+        pos: usize,
+        run: &mut dyn FnMut(&Self, &mut Self::KvCache) -> Result<Self::Tensor>,
+    ) -> Result<Self::Tensor> {
+        let _ = (tokens, pos);
+        run(self, cache)
+    }
 }

@@ -49,6 +49,9 @@ enum Mem<T> {
 }
 
 /// A device buffer of `T` (or, on the host executor, a host allocation standing in for one).
+/// A recorded sequence of launches (a CUDA graph), replayed with [`Gpu::replay`].
+pub struct Graph(cudarc::driver::CudaGraph);
+
 pub struct DBuf<T> {
     mem: Mem<T>,
     ptr: u64,
@@ -146,7 +149,8 @@ impl Gpu {
             let f = loaded.load_function(entry).map_err(|e| anyhow!("kernel {entry} missing from module {}: {e:?}", module.name))?;
             functions.insert(entry, f);
         }
-        let stream = ctx.default_stream();
+        // A stream of our own: the legacy default stream cannot be captured into a CUDA graph.
+        let stream = ctx.new_stream().map_err(|e| anyhow!("cannot create a CUDA stream: {e:?}"))?;
         let sms = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("{e:?}"))? as u32;
@@ -229,17 +233,23 @@ impl Gpu {
     }
 
     pub fn write<T: DeviceRepr>(&self, dst: &mut DBuf<T>, data: &[T]) -> Result<()> {
-        if data.len() > dst.len() {
-            bail!("write of {} elements into a buffer of {}", data.len(), dst.len());
+        self.write_at(dst, 0, data)
+    }
+
+    /// `data` into `dst[at..]`, ordered on the stream like a launch.
+    pub fn write_at<T: DeviceRepr>(&self, dst: &mut DBuf<T>, at: usize, data: &[T]) -> Result<()> {
+        if at + data.len() > dst.len() {
+            bail!("write of {} elements at {at} into a buffer of {}", data.len(), dst.len());
         }
         match (&self.imp, &mut dst.mem) {
             (Imp::Cuda(c), Mem::Cuda(slice)) => {
-                let mut view = slice.slice_mut(..data.len());
+                let mut view = slice.slice_mut(at..at + data.len());
                 c.stream.memcpy_htod(data, &mut view).map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
             }
             (Imp::Host(_), Mem::Host(words)) => {
+                let off = at * std::mem::size_of::<T>();
                 // SAFETY: bounds checked above.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr() as *const u8, words.as_mut_ptr() as *mut u8, std::mem::size_of_val(data)) };
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr() as *const u8, (words.as_mut_ptr() as *mut u8).add(off), std::mem::size_of_val(data)) };
                 Ok(())
             }
             _ => bail!("buffer belongs to another device"),
@@ -328,6 +338,36 @@ impl Gpu {
         }
     }
 
+    /// Whether this is a real device (graphs, timing events) rather than the host executor.
+    pub fn is_device(&self) -> bool {
+        matches!(self.imp, Imp::Cuda(_))
+    }
+
+    /// Records the work `f` issues on the stream into a CUDA graph instead of running it
+    /// (nothing executes until [`Gpu::replay`]). `f` must not allocate, synchronize or copy to
+    /// the host. Capture is always ended, also when `f` fails; then the error is returned.
+    pub fn capture<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Graph)> {
+        let Imp::Cuda(c) = &self.imp else { bail!("graph capture needs a CUDA device") };
+        // Thread-local mode: a forbidden call (allocation, sync copy) made by this thread while
+        // capturing fails at once instead of corrupting the capture.
+        c.stream
+            .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| anyhow!("cannot start a CUDA graph capture: {e:?}"))?;
+        let r = f();
+        let g = c.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+        let value = r?;
+        match g {
+            Ok(Some(graph)) => Ok((value, Graph(graph))),
+            Ok(None) => bail!("the CUDA graph capture recorded nothing"),
+            Err(e) => bail!("CUDA graph capture failed: {e:?}"),
+        }
+    }
+
+    /// Runs a recorded graph on the stream (asynchronously, ordered like a launch).
+    pub fn replay(&self, g: &Graph) -> Result<()> {
+        g.0.launch().map_err(|e| anyhow!("CUDA graph launch failed: {e:?}"))
+    }
+
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
     /// must match the entry's parameter list in the kernel table.
     pub fn launch(&self, kernel: &'static str, dims: Dims, args: &[Arg]) -> Result<()> {
@@ -349,9 +389,8 @@ impl Gpu {
             .map_err(|e| anyhow!("{kernel}: cannot raise shared memory to {} bytes: {e:?}", dims.shared_bytes))?;
         }
         let mut b = c.stream.launch_builder(f);
-        // Each argument needs a stable address until launch: keep them in one vector.
-        let vals: Vec<Arg> = args.to_vec();
-        for a in &vals {
+        // The builder keeps the addresses of the values, which `args` holds until launch.
+        for a in args {
             match a {
                 Arg::Ptr(p) => b.arg(p),
                 Arg::U32(v) => b.arg(v),

@@ -13,7 +13,10 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec(&self, rows: u32, n: u32) -> Dims;
     /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
+    /// One-row-per-warp mat-vec over matrices of `rows` each (fused projections).
+    fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
+    fn argmax(&self, rows: u32) -> Dims;
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims;
@@ -31,6 +34,13 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
         launch::matvec_resident::<P>(rows, n, sms)
+    }
+    fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims {
+        let groups = rows.iter().map(|r| r.div_ceil(P::MATVEC_WARPS)).sum();
+        launch::matvec_groups::<P>(groups, n, sms)
+    }
+    fn argmax(&self, rows: u32) -> Dims {
+        launch::argmax::<P>(rows)
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)

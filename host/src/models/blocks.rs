@@ -69,7 +69,11 @@ impl<B: Backend> SelfAttn<B> {
 
     /// Projects the normed hidden state to queries, keys and values.
     pub fn qkv(&self, b: &B, h: &B::Tensor) -> Result<(B::Tensor, B::Tensor, B::Tensor)> {
-        Ok((b.matmul(h, &self.wq)?, b.matmul(h, &self.wk)?, b.matmul(h, &self.wv)?))
+        let [q, k, v]: [B::Tensor; 3] = b
+            .matmul_many(h, &[&self.wq, &self.wk, &self.wv])?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("matmul_many returned the wrong number of tensors"))?;
+        Ok((q, k, v))
     }
 
     /// Attends (appending k/v to the cache) and projects back to the residual width.
@@ -107,7 +111,7 @@ impl<B: Backend> SwiGlu<B> {
     }
 
     pub fn forward(&self, b: &B, h: &B::Tensor) -> Result<B::Tensor> {
-        let act = b.swiglu(&b.matmul(h, &self.gate)?, &b.matmul(h, &self.up)?)?;
+        let act = b.matmul_swiglu(h, &self.gate, &self.up)?;
         b.matmul(&act, &self.down)
     }
 }

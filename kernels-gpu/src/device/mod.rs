@@ -108,6 +108,12 @@ unsafe fn block_reduce(
     total
 }
 
+/// `x·σ(x)`, the SwiGLU gate activation.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
 /// IEEE half (as bits) to f32. The nightly `f16` primitive lowers to one `cvt.f32.f16` on the GPU.
 #[inline(always)]
 pub fn f16_to_f32(bits: u16) -> f32 {

@@ -9,7 +9,7 @@ pub const MAX_HEAD_DIM: u32 = 256;
 /// `out[t, h] = softmax(scale · q[t, h] · Kᵀ) · V` over cache positions `0..=pos0 + t`.
 /// `q`, `out`: `n × heads × head_dim` f32; `k`, `v`: `kv_heads × max_ctx × head_dim` f16.
 /// `head_dim % 32 == 0`, `head_dim <= MAX_HEAD_DIM`, `heads % kv_heads == 0`.
-/// Launch: [`launch::attention`](crate::kernels::launch::attention) with `max_len = pos0 + n`.
+/// Launch: [`launch::attention`](crate::kernels::launch::attention) with `max_len ≥ pos0 + n` (`pos0 = *pos`, read from device memory).
 pub unsafe fn attention<P: TargetPolicy>(
     q: *const f32,
     k: *const u16,
@@ -19,9 +19,10 @@ pub unsafe fn attention<P: TargetPolicy>(
     kv_heads: u32,
     head_dim: u32,
     max_ctx: u32,
-    pos0: u32,
+    pos: *const u32,
     scale: f32,
 ) {
+    let pos0 = unsafe { *pos };
     let (h, t) = (block_idx(), block_idx_y());
     let len = pos0 + t + 1;
     let kvh = h / (heads / kv_heads);

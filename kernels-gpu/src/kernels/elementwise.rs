@@ -9,7 +9,8 @@ fn global_id() -> u32 {
     block_idx() * block_dim() + thread_idx()
 }
 
-/// RoPE in place on `x` (`n × heads × head_dim`); token t is at position `pos0 + t`.
+/// RoPE in place on `x` (`n × heads × head_dim`); token t is at position `*pos + t` (the step's
+/// first position is read from device memory so a recorded decode step replays at any position).
 /// Rotates the first `rot_dim` dims of each head: pairs (2i, 2i+1) (`neox == 0`, llama) or
 /// (i, i + rot_dim/2) (`neox != 0`, Qwen/NeoX), by angle pos·base^(−2i/rot_dim).
 /// Threads: `n × heads × rot_dim/2`.
@@ -18,7 +19,7 @@ pub unsafe fn rope<P: TargetPolicy>(
     heads: u32,
     head_dim: u32,
     rot_dim: u32,
-    pos0: u32,
+    pos: *const u32,
     log2_base: f32,
     neox: u32,
     threads: u32,
@@ -29,7 +30,7 @@ pub unsafe fn rope<P: TargetPolicy>(
     }
     let half = rot_dim / 2;
     let (i, head_row) = (id % half, id / half); // head_row = t * heads + h
-    let pos = pos0 + head_row / heads;
+    let pos = unsafe { *pos } + head_row / heads;
     let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base);
     let (s, c) = sin_cos(pos as f32 * freq);
     let base = (head_row * head_dim) as usize;
@@ -49,7 +50,7 @@ pub unsafe fn swiglu<P: TargetPolicy>(gate: *const f32, up: *const f32, out: *mu
     if i < len {
         let i = i as usize;
         let g = unsafe { *gate.add(i) };
-        unsafe { *out.add(i) = g / (1.0 + exp(-g)) * *up.add(i) };
+        unsafe { *out.add(i) = silu(g) * *up.add(i) };
     }
 }
 
@@ -94,20 +95,21 @@ pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out
 }
 
 /// Append `n` tokens of K (or V) (`n × kv_heads × head_dim` f32) to an f16 cache laid out
-/// `kv_heads × max_ctx × head_dim`, at positions `pos0..pos0+n`. Threads: `n × kv_heads × head_dim`.
+/// `kv_heads × max_ctx × head_dim`, at positions `*pos ..*pos + n`. Threads: `n × kv_heads × head_dim`.
 pub unsafe fn kv_store<P: TargetPolicy>(
     src: *const f32,
     cache: *mut u16,
     kv_heads: u32,
     head_dim: u32,
     max_ctx: u32,
-    pos0: u32,
+    pos: *const u32,
     threads: u32,
 ) {
     let id = global_id();
     if id >= threads {
         return;
     }
+    let pos0 = unsafe { *pos };
     let d = id % head_dim;
     let h = (id / head_dim) % kv_heads;
     let t = id / (head_dim * kv_heads);

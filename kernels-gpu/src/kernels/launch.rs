@@ -30,6 +30,13 @@ pub const fn matvec_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Di
     Dims { grid_x: if all.grid_x < wave { all.grid_x } else { wave }, ..all }
 }
 
+/// The one-row-per-warp mat-vecs over several matrices (`matvec3_split`, `matvec_swiglu_split`):
+/// `groups` = Σ over the matrices of ⌈rows / MATVEC_WARPS⌉, at most one resident wave.
+pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Dims {
+    let wave = sms * P::MATVEC_BLOCKS_PER_SM;
+    Dims { grid_x: if groups < wave { groups } else { wave }, grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
+}
+
 /// Activation quantization to Q8_1 blocks: one warp per 32-element block.
 pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     let warps = P::ROW_THREADS / WARP;
@@ -39,6 +46,11 @@ pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
 /// One block per row (RMSNorm, softmax): needs one f32 of scratch per warp.
 pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
     Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 4 }
+}
+
+/// Row argmax: one block per row, a (value, index) pair of scratch per warp.
+pub const fn argmax<P: TargetPolicy>(rows: u32) -> Dims {
+    Dims { shared_bytes: (P::ROW_THREADS / WARP) * 8, ..per_row::<P>(rows) }
 }
 
 /// One thread per element (or per pair, for RoPE).

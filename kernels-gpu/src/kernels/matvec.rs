@@ -20,21 +20,27 @@ pub unsafe fn quantize_q8_1<P: TargetPolicy>(x: *const f32, xq: *mut i8, xds: *m
         return; // warp-uniform: the whole warp leaves together, no collective is skipped
     }
     let i = (t * cols + b * QK as u32 + lane()) as usize;
-    let v = unsafe { *x.add(i) };
+    unsafe { quantize_block(*x.add(i), xq.add(i), xds.add(2 * (t * nb + b) as usize)) };
+}
+
+/// One warp quantizes one 32-element block, lane `l` holding element `l`: writes its code to
+/// `q` and (lane 0) the block's `d`, `d·Σq` to `ds[0..2]`. Every kernel that emits Q8_1
+/// activations goes through here, so their codes are identical bit for bit.
+#[inline(always)]
+pub unsafe fn quantize_block(v: f32, q: *mut i8, ds: *mut f32) {
     let amax = warp_max(v.abs());
     // Same arithmetic as the CPU backend (and llama.cpp's q8_1): codes from v·(1/d) rounded half
     // away from zero, then d and d·Σq stored at f16 precision. Matching it operation for
     // operation is what keeps greedy decoding identical across the two backends.
     let d = amax / 127.0;
     let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-    let q = round_half_away_to_i32(v * id).clamp(-127, 127);
-    let sum = warp_sum(q as f32);
-    unsafe { *xq.add(i) = q as i8 };
+    let code = round_half_away_to_i32(v * id).clamp(-127, 127);
+    let sum = warp_sum(code as f32);
+    unsafe { *q = code as i8 };
     if lane() == 0 {
-        let s = 2 * (t * nb + b) as usize;
         unsafe {
-            *xds.add(s) = f16_round(d);
-            *xds.add(s + 1) = f16_round(d * sum);
+            *ds = f16_round(d);
+            *ds.add(1) = f16_round(d * sum);
         }
     }
 }
@@ -109,56 +115,170 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     rows: u32,
     cols: u32,
 ) {
-    let nb = (cols / QK as u32) as usize;
-    let (rows, t) = (rows as usize, block_idx_y() as usize);
-    let xq_row = unsafe { xq.add(t * nb * 8) };
-    let xds_row = unsafe { xds.add(t * nb * 2) };
+    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     // Grid-stride over groups of `MATVEC_WARPS·R` rows: `launch::matvec_resident` launches
     // at most one resident wave of blocks, fewer than there are groups. The loop condition is
-    // the same for the whole block, so every lane reaches the warp_sum below.
+    // the same for the whole block, so every lane reaches the warp_sum inside `warp_dots`.
+    let rows = rows as usize;
     let group_rows = (P::MATVEC_WARPS as usize) * R;
     let mut group = block_idx() as usize;
     while group * group_rows < rows {
         let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
-        let mut acc = [0f32; R];
-        let mut b0 = lane() as usize;
-        while b0 < nb {
-            let mut xw = [[0u32; 8]; U];
-            let mut xd = [(0f32, 0f32); U];
-            let mut w = [[[0u32; 8]; U]; R];
-            for u in 0..U {
-                let b = b0 + u * WARP as usize;
-                if b < nb {
-                    let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
-                    let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
-                    xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                    xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
-                    for (r, wr) in w.iter_mut().enumerate() {
-                        if row0 + r < rows {
-                            wr[u] = unsafe { load_block_quants::<F>(qs.add(((row0 + r) * nb + b) * F::QS_WORDS)) };
-                        }
-                    }
-                }
+        let w = core::array::from_fn(|r| WeightRow { qs, scales, row: row0 + r, live: row0 + r < rows });
+        let dots = unsafe { warp_dots::<F, R, U>(&w, x, nb) };
+        for (r, s) in dots.iter().enumerate() {
+            if lane() == 0 && w[r].live {
+                unsafe { *y.add(t * rows + row0 + r) = *s };
             }
-            for u in 0..U {
-                let b = b0 + u * WARP as usize;
-                if b < nb {
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        if row0 + r < rows {
-                            let sc = unsafe { scales.add(((row0 + r) * nb + b) * F::SCALE_BYTES) };
-                            *a += F::block_dot(&w[r][u], sc, &xw[u], xd[u].0, xd[u].1);
-                        }
-                    }
-                }
-            }
-            b0 += U * WARP as usize;
         }
-        for (r, a) in acc.iter().enumerate() {
-            let s = warp_sum(*a);
-            let row = row0 + r;
-            if lane() == 0 && row < rows {
-                unsafe { *y.add(t * rows + row) = s };
+        group += grid_dim() as usize;
+    }
+}
+
+/// One weight row a warp reduces: row `row` of the split-layout matrix (`qs`, `scales`);
+/// `live == false` marks a padding row past the matrix (loads and dots skipped).
+#[derive(Clone, Copy)]
+struct WeightRow {
+    qs: *const u32,
+    scales: *const u8,
+    row: usize,
+    live: bool,
+}
+
+/// The full dot products (every lane gets them) of the activation row `x` = (`xq`, `xds`) with
+/// `R` weight rows, which may come from different matrices. Every lane of the warp must call.
+#[inline(always)]
+unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightRow; R], x: (*const u32, *const f32), nb: usize) -> [f32; R] {
+    let (xq_row, xds_row) = x;
+    let mut acc = [0f32; R];
+    let mut b0 = lane() as usize;
+    while b0 < nb {
+        let mut xw = [[0u32; 8]; U];
+        let mut xd = [(0f32, 0f32); U];
+        let mut wq = [[[0u32; 8]; U]; R];
+        for u in 0..U {
+            let b = b0 + u * WARP as usize;
+            if b < nb {
+                let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
+                let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
+                xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
+                for (wr, row) in wq.iter_mut().zip(w) {
+                    if row.live {
+                        wr[u] = unsafe { load_block_quants::<F>(row.qs.add((row.row * nb + b) * F::QS_WORDS)) };
+                    }
+                }
             }
+        }
+        for u in 0..U {
+            let b = b0 + u * WARP as usize;
+            if b < nb {
+                for ((a, wr), row) in acc.iter_mut().zip(&wq).zip(w) {
+                    if row.live {
+                        let sc = unsafe { row.scales.add((row.row * nb + b) * F::SCALE_BYTES) };
+                        *a += F::block_dot(&wr[u], sc, &xw[u], xd[u].0, xd[u].1);
+                    }
+                }
+            }
+        }
+        b0 += U * WARP as usize;
+    }
+    acc.map(warp_sum)
+}
+
+/// [`warp_dots`] with the policy's blocks in flight (a const generic, hence the match).
+#[inline(always)]
+unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(w: &[WeightRow; R], x: (*const u32, *const f32), nb: usize) -> [f32; R] {
+    unsafe {
+        match P::MATVEC_BLOCKS_IN_FLIGHT {
+            1 => warp_dots::<F, R, 1>(w, x, nb),
+            2 => warp_dots::<F, R, 2>(w, x, nb),
+            _ => warp_dots::<F, R, 4>(w, x, nb),
+        }
+    }
+}
+
+/// Up to three mat-vecs over the same quantized activations in one launch (e.g. the q, k and v
+/// projections): `y_m = x · W_mᵀ` for each matrix `m` with `rows_m > 0` (all `cols` wide). A
+/// warp owns one row; blocks stride over the row groups of all matrices in turn. Launch:
+/// [`launch::matvec_resident`] over `rows_0 + rows_1 + rows_2` rows (one row per warp, so the
+/// policy's rows-per-warp is not used here).
+///
+/// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
+    w0: *const u32,
+    s0: *const u8,
+    y0: *mut f32,
+    rows0: u32,
+    w1: *const u32,
+    s1: *const u8,
+    y1: *mut f32,
+    rows1: u32,
+    w2: *const u32,
+    s2: *const u8,
+    y2: *mut f32,
+    rows2: u32,
+    xq: *const u32,
+    xds: *const f32,
+    cols: u32,
+) {
+    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let warps = P::MATVEC_WARPS as usize;
+    let mats = [(w0, s0, y0, rows0 as usize), (w1, s1, y1, rows1 as usize), (w2, s2, y2, rows2 as usize)];
+    // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
+    // to is block-uniform, so the whole block takes the same branch.
+    let groups = mats.map(|m| m.3.div_ceil(warps));
+    let mut group = block_idx() as usize;
+    while group < groups[0] + groups[1] + groups[2] {
+        let (m, g) = if group < groups[0] {
+            (0, group)
+        } else if group < groups[0] + groups[1] {
+            (1, group - groups[0])
+        } else {
+            (2, group - groups[0] - groups[1])
+        };
+        let (qs, scales, y, rows) = mats[m];
+        let row = g * warps + warp_id() as usize;
+        let w = [WeightRow { qs, scales, row, live: row < rows }];
+        let [s] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, x, nb) };
+        if lane() == 0 && row < rows {
+            unsafe { *y.add(t * rows + row) = s };
+        }
+        group += grid_dim() as usize;
+    }
+}
+
+/// The gate and up projections and SwiGLU in one launch: `y = silu(x·Gᵀ) ⊙ (x·Uᵀ)`, G and U
+/// both `rows × cols`. A warp computes row `r` of both matrices, so the two products never
+/// leave registers. Launch: [`launch::matvec_resident`] over `rows` (one row per warp).
+///
+/// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
+    gate_qs: *const u32,
+    gate_scales: *const u8,
+    up_qs: *const u32,
+    up_scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
+    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
+    let mut group = block_idx() as usize;
+    while group * warps < rows {
+        let row = group * warps + warp_id() as usize;
+        let live = row < rows;
+        let w = [WeightRow { qs: gate_qs, scales: gate_scales, row, live }, WeightRow { qs: up_qs, scales: up_scales, row, live }];
+        let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+        if lane() == 0 && live {
+            unsafe { *y.add(t * rows + row) = silu(g) * u };
         }
         group += grid_dim() as usize;
     }

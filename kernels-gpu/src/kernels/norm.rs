@@ -1,6 +1,8 @@
 //! Row kernels: one block per row, reductions through warp shuffles and a few words of shared
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
+use crate::kernels::formats::QK;
+use crate::kernels::matvec::quantize_block;
 use policies::TargetPolicy;
 
 /// `out[r] = x[r] / rms(x[r]) * w` for each of the grid's rows (`cols` each). `w` (`cols`) is
@@ -23,6 +25,36 @@ pub unsafe fn rms_norm<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut 
         let i = row + c as usize;
         unsafe { *out.add(i) = *x.add(i) * inv * *w.add(c as usize) };
         c += block_dim();
+    }
+}
+
+/// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, as
+/// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them, bit for bit): the consumer of a norm is a quantized mat-vec,
+/// which then needs no quantize launch of its own. `cols % 32 == 0`.
+pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+    let scratch: *mut f32 = shared_mem();
+    let row = block_idx() as usize * cols as usize;
+    let mut ss = 0.0;
+    let mut c = thread_idx();
+    while c < cols {
+        let v = unsafe { *x.add(row + c as usize) };
+        ss += v * v;
+        c += block_dim();
+    }
+    let total = unsafe { block_sum(ss, scratch) };
+    let inv = rsqrt(total / cols as f32 + eps);
+    // A warp per 32-element block: the loop bound is warp-uniform, so every lane reaches the
+    // shuffles inside `quantize_block`.
+    let nb = cols / QK as u32;
+    let mut b = warp_id();
+    while b < nb {
+        let c = (b * QK as u32 + lane()) as usize;
+        let v = unsafe { *x.add(row + c) } * inv * unsafe { *w.add(c) };
+        unsafe {
+            *out.add(row + c) = v;
+            quantize_block(v, xq.add(row + c), xds.add(2 * (block_idx() * nb + b) as usize));
+        }
+        b += block_dim() / WARP;
     }
 }
 
@@ -52,4 +84,53 @@ pub unsafe fn softmax<P: TargetPolicy>(x: *const f32, out: *mut f32, cols: u32) 
         unsafe { *out.add(row + c as usize) *= inv };
         c += block_dim();
     }
+}
+
+/// Index of the largest element of each row (`cols`) into `out[row]`: the first one on ties,
+/// NaN never chosen, 0 when no element exceeds −∞ (the CPU backend's rule). Greedy decoding
+/// then moves one u32 per token to the host instead of the logits row. Scratch: two words per warp.
+pub unsafe fn argmax<P: TargetPolicy>(x: *const f32, out: *mut u32, cols: u32) {
+    let scratch: *mut u32 = shared_mem();
+    let row = block_idx() as usize * cols as usize;
+    let mut best = (f32::NEG_INFINITY, u32::MAX);
+    let mut c = thread_idx();
+    while c < cols {
+        let v = unsafe { *x.add(row + c as usize) };
+        if v > best.0 {
+            best = (v, c);
+        }
+        c += block_dim();
+    }
+    best = warp_argmax(best);
+    if lane() == 0 {
+        unsafe {
+            *scratch.add(2 * warp_id() as usize) = best.0.to_bits();
+            *scratch.add(2 * warp_id() as usize + 1) = best.1;
+        }
+    }
+    sync_threads();
+    if thread_idx() == 0 {
+        for w in 1..block_dim() / WARP {
+            let other = unsafe { (f32::from_bits(*scratch.add(2 * w as usize)), *scratch.add(2 * w as usize + 1)) };
+            best = better(best, other);
+        }
+        unsafe { *out.add(block_idx() as usize) = if best.1 == u32::MAX { 0 } else { best.1 } };
+    }
+}
+
+/// The larger of two (value, index) candidates; the lower index on equal values.
+#[inline(always)]
+fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
+    if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) { b } else { a }
+}
+
+#[inline(always)]
+fn warp_argmax(mut best: (f32, u32)) -> (f32, u32) {
+    let mut m = WARP / 2;
+    while m > 0 {
+        let other = (shfl_xor(best.0, m), shfl_xor_u32(best.1, m));
+        best = better(best, other);
+        m /= 2;
+    }
+    best
 }
