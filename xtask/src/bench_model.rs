@@ -359,7 +359,8 @@ fn measure_model<D: Device>(
     }
     let mut notes = Vec::new();
     // A test llama-bench cannot run (an old build without -d) is measured for kiln alone.
-    let llama_runs: Vec<bool> = specs.iter().map(|s| llama.is_some_and(|l| l.supports(s))).collect();
+    let mut llama_runs: Vec<bool> = specs.iter().map(|s| llama.is_some_and(|l| l.supports(s))).collect();
+    let mut llama_worked = false;
     if let Some(note) = llama.and_then(|l| l.depth_note()) {
         notes.push(note);
     }
@@ -374,12 +375,25 @@ fn measure_model<D: Device>(
                 eprintln!("  rep {} {:>12} kiln      {:>10.1} t/s", step.rep, spec.name(), s.tps);
                 kiln_samples[step.test].push(s);
             }
-            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => {
-                let (s, info) = l.run(file, spec)?;
-                eprintln!("  rep {} {:>12} llama.cpp {:>10.1} t/s", step.rep, spec.name(), s.avg_ts);
-                llama_samples[step.test].push(s);
-                llama_info.get_or_insert(info);
-            }
+            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => match l.run(file, spec) {
+                Ok((s, info)) => {
+                    eprintln!("  rep {} {:>12} llama.cpp {:>10.1} t/s", step.rep, spec.name(), s.avg_ts);
+                    llama_samples[step.test].push(s);
+                    llama_info.get_or_insert(info);
+                    llama_worked = true;
+                }
+                // A first run that fails is a setup problem: stop before spending the device time.
+                Err(e) if !llama_worked => return Err(e),
+                // Later failures (say, out of memory at depth) cost that test its reference
+                // figure, not the rest of the run.
+                Err(e) => {
+                    let msg = format!("llama-bench failed on {}, which has no reference figure: {e:#}", spec.name());
+                    eprintln!("  {msg}");
+                    notes.push(msg);
+                    llama_runs[step.test] = false;
+                    llama_samples[step.test].clear();
+                }
+            },
             (Engine::LlamaCpp, _) => {}
         }
     }

@@ -58,8 +58,11 @@ pub fn markdown(r: &Report) -> String {
                 m.kiln.load_s,
             );
         }
+    }
+    // After the table: a line between rows would end it.
+    for m in &r.models {
         for n in &m.notes {
-            let _ = writeln!(s, "\nNote ({}): {n}", short_name(&m.file));
+            let _ = write!(s, "\nNote ({}): {n}\n", short_name(&m.file));
         }
     }
     s

@@ -284,6 +284,14 @@ fn end_to_end_on_cpu() {
     write_script(&not_exec, FAKE_LLAMA_BENCH, 0o644);
     let not_llama = dir.0.join("not-llama-bench");
     write_script(&not_llama, "#!/bin/sh\necho hello\n", 0o755);
+    let help = "[ \"$1\" = --help ] && { echo --n-prompt; exit 0; }\n";
+    let broken = dir.0.join("broken-llama-bench");
+    write_script(&broken, &format!("#!/bin/sh\n{help}echo 'main: error: failed to load model' >&2\nexit 1\n"), 0o755);
+    let garbage = dir.0.join("garbage-llama-bench");
+    write_script(&garbage, &format!("#!/bin/sh\n{help}echo '| model | size |'\n"), 0o755);
+    let no_depth_memory = dir.0.join("oom-at-depth-llama-bench");
+    let fail_at_depth = "for a in \"$@\"; do [ \"$a\" = -d ] && { echo 'CUDA error: out of memory' >&2; exit 1; }; done\n";
+    write_script(&no_depth_memory, &format!("#!/bin/sh\n{fail_at_depth}exec {} \"$@\"\n", fake.display()), 0o755);
 
     // Kiln alone, no depth test.
     let out = dir.0.join("alone");
@@ -340,6 +348,15 @@ fn end_to_end_on_cpu() {
     assert_eq!(md.lines().filter(|l| l.starts_with("| tiny-qwen3 |")).count(), 3);
     assert!(std::fs::read_to_string(out.join("bench.svg")).unwrap().contains("tg4@d32"));
 
+    // A failure after llama-bench has worked once costs only that test its reference.
+    let out = dir.0.join("oom");
+    run(args(&model, &out, 32, 1, Some(&no_depth_memory))).unwrap();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    assert!(json_at(&v, "models.0.tests.1.llama_cpp").is_object());
+    assert!(json_at(&v, "models.0.tests.2.llama_cpp").is_null());
+    let note = json_at(&v, "models.0.notes.0").as_str().unwrap();
+    assert!(note.contains("tg4@d32") && note.contains("out of memory"), "{note}");
+
     // Bad input: one line naming the problem.
     let fails = |a: Args| format!("{:#}", run(a).unwrap_err());
     let missing = dir.0.join("missing.gguf");
@@ -351,6 +368,10 @@ fn end_to_end_on_cpu() {
     assert!(e.contains("nowhere") && e.contains("No such file"), "{e}");
     let e = fails(args(&model, &out, 0, 1, Some(&not_llama)));
     assert!(e.contains("does not look like llama-bench"), "{e}");
+    let e = fails(args(&model, &out, 0, 1, Some(&broken)));
+    assert!(e.contains("failed (exit status: 1): main: error: failed to load model"), "{e}");
+    let e = fails(args(&model, &out, 0, 1, Some(&garbage)));
+    assert!(e.contains("llama-bench output is not JSON") && e.contains("| model | size |"), "{e}");
     let e = format!("{:#}", LlamaBench::new(&fake, "-t 4 -r 3").err().unwrap());
     assert!(e.contains("must not set -r"), "{e}");
     let e = fails(args(&model, &out, 5000, 1, None));
