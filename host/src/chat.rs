@@ -137,7 +137,7 @@ impl ChatTemplate {
 
 /// `strftime_now(format)` (Llama 3 templates): the current UTC date/time; supports %d %m %Y %y
 /// %b %B %H %M %S %%; other directives are kept literally.
-fn strftime_now(format: String) -> String {
+pub fn strftime_now(format: String) -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -18,7 +18,7 @@ use crate::sampling::{Sampler, SamplerConfig, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Longest prompt chunk per forward pass: bounds activation memory on long prompts.
-const PREFILL_CHUNK: usize = 512;
+pub const PREFILL_CHUNK: usize = 512;
 /// Files above this size get a load progress bar (small ones load too fast to watch).
 const PROGRESS_MIN_BYTES: u64 = 256 << 20;
 /// KV cache positions allocated the first time; it doubles (up to the model's context) as needed.

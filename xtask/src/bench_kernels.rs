@@ -12,6 +12,8 @@ use kiln_host::cuda::{Arg, DBuf, Gpu};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 
+use crate::measure::percentile;
+
 #[derive(ClapArgs)]
 pub struct Args {
     /// Timed launches per case.
@@ -43,11 +45,6 @@ struct Report {
     commit: String,
     copy_gbps: f64,
     cases: Vec<Case>,
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 /// Copy bandwidth: 1 GiB device-to-device, bytes read + written over median time.
@@ -191,7 +188,7 @@ fn kernel_name<F: SplitFormat>() -> &'static str {
 
 pub fn run(a: Args) -> Result<()> {
     let gpu = Gpu::new(kiln::PTX_MODULES, 0).context("bench kernels needs a CUDA GPU")?;
-    let commit = std::env::var("KILN_COMMIT").unwrap_or_else(|_| "unknown".into());
+    let commit = crate::measure::commit();
     eprintln!("device: {} (cc {:?}), module {}", gpu.name(), gpu.compute_capability(), gpu.module_name());
     let copy_gbps = copy_bandwidth(&gpu)?;
     eprintln!("copy bandwidth: {copy_gbps:.0} GB/s (read + write)");

@@ -1,8 +1,11 @@
 //! `cargo xtask`: the project's own tools. `bench kernels` measures the GPU kernels against
-//! the device's copy bandwidth; `gen-model` writes synthetic GGUF files.
+//! the device's copy bandwidth; `bench model` measures whole models against llama.cpp's
+//! llama-bench; `gen-model` writes synthetic GGUF files.
 mod bench_kernels;
+mod bench_model;
 mod compare;
 mod gen_model;
+mod measure;
 mod presets;
 mod vocab;
 
@@ -33,12 +36,15 @@ enum Cmd {
 enum BenchWhat {
     /// Mat-vec and row kernels on the GPU: GB/s and % of measured copy bandwidth.
     Kernels(bench_kernels::Args),
+    /// Whole models, kiln vs llama-bench interleaved: prefill, decode, decode at depth.
+    Model(bench_model::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let r: Result<()> = match cli.cmd {
         Cmd::Bench { what: BenchWhat::Kernels(a) } => bench_kernels::run(a),
+        Cmd::Bench { what: BenchWhat::Model(a) } => bench_model::run(a),
         Cmd::GenModel(a) => gen_model::run(a),
         Cmd::CompareBackends(a) => compare::run(a),
     };
