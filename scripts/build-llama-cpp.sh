@@ -8,7 +8,7 @@ set -euo pipefail
 OUT=${OUT:-/tmp/llama-out}
 SRC=/tmp/llama-src
 mkdir -p "$SRC" "$OUT"
-tar -xJf .llama/llama-src.tar.xz -C "$SRC"
+tar -xJf ${LLAMA_SRC:-.llama/llama-src.tar.xz} -C "$SRC"
 cd "$SRC/llama.cpp"
 cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \

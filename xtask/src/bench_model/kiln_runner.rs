@@ -154,11 +154,19 @@ impl<D: Device> KilnRunner<D> {
 
     /// The first `n` benchmark tokens from position 0, in the engine's prefill chunks; returns
     /// the last position's logits (still on the device, maybe still being computed).
+    /// One forward step as the engine runs it (through `Backend::step`, so CUDA decode steps
+    /// are recorded once and replayed as graphs).
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<D::Tensor> {
+        let model = &self.engine.model;
+        self.engine.backend.step(&mut self.cache, tokens, pos, &mut |b, c| model.forward(b, c, tokens, pos, Logits::Last))
+    }
+
     fn prefill(&mut self, n: usize) -> Result<D::Tensor> {
         let mut logits = None;
-        for (i, chunk) in self.tokens[..n].chunks(PREFILL_CHUNK).enumerate() {
+        let tokens = self.tokens[..n].to_vec();
+        for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
             let pos = i * PREFILL_CHUNK;
-            logits = Some(self.engine.model.forward(&self.engine.backend, &mut self.cache, chunk, pos, Logits::Last)?);
+            logits = Some(self.forward(chunk, pos)?);
         }
         logits.context("empty prefill")
     }
@@ -187,7 +195,7 @@ impl<D: Device> KilnRunner<D> {
         let mut step_ms = Vec::with_capacity(n);
         for pos in ctx..ctx + n {
             let t = Instant::now();
-            let logits = self.engine.model.forward(&self.engine.backend, &mut self.cache, &[tok], pos, Logits::Last)?;
+            let logits = self.forward(&[tok], pos)?;
             tok = self.argmax(&logits)?;
             step_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
