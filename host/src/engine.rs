@@ -182,13 +182,15 @@ impl<B: Backend + 'static> Engine<B> {
         let mut history: Vec<u32> = prompt.to_vec();
         let mut out = Generation { tokens: Vec::new(), text: String::new(), stop: StopReason::MaxTokens, timings };
         let mut decode_time = Duration::ZERO;
+        // A decode step lasts from its forward pass to its token on the host: a device may run
+        // the step asynchronously, so the forward call alone can return long before the work ends.
+        let mut step_start: Option<Instant> = None;
         let mut first = true;
         loop {
-            if first {
-                out.timings.prefill_s = start.elapsed().as_secs_f64();
-                first = false;
-            }
             if out.tokens.len() >= params.max_tokens {
+                if first {
+                    out.timings.prefill_s = start.elapsed().as_secs_f64();
+                }
                 break;
             }
             // Greedy decoding moves one id per token to the host, not the logits row.
@@ -197,6 +199,14 @@ impl<B: Backend + 'static> Engine<B> {
             } else {
                 sampler.sample(&mut self.backend.read(&logits)?, &history)
             };
+            if let Some(t) = step_start.take() {
+                decode_time += t.elapsed();
+            }
+            if first {
+                // Prefill ends with its first token on the host (time to first token).
+                out.timings.prefill_s = start.elapsed().as_secs_f64();
+                first = false;
+            }
             if !params.ignore_eos && tokenizer.is_eot(tok) {
                 out.stop = StopReason::Eos;
                 break;
@@ -221,10 +231,9 @@ impl<B: Backend + 'static> Engine<B> {
                 out.stop = StopReason::ContextFull;
                 break;
             }
-            let t = Instant::now();
+            step_start = Some(Instant::now());
             logits = forward(&*self.model, &self.backend, &mut self.cache, &[tok], pos)?;
             self.cached.push(tok);
-            decode_time += t.elapsed();
             out.timings.decode_tokens += 1;
         }
         // Text held back for a stop string that never completed is part of the output.

@@ -47,8 +47,9 @@ struct Steps {
     graphs: HashMap<(u64, usize), Recorded>,
     /// While recording: rows of the embedding table the step reads (replays check ids).
     vocab: Option<usize>,
-    /// Recording is on (CUDA device, `KILN_CUDA_GRAPHS` not `0`, no recording has failed).
+    /// Recording is on (CUDA device, `KILN_CUDA_GRAPHS` not `0`, recording has not kept failing).
     enabled: bool,
+    failures: u32,
 }
 
 struct Recorded {
@@ -81,7 +82,7 @@ impl Cuda {
     fn on(gpu: Gpu) -> Result<Self> {
         let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
         let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
-        let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled };
+        let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
         Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps) })
     }
     pub fn gpu(&self) -> &Gpu {
@@ -582,8 +583,16 @@ impl Cuda {
                 Ok(None)
             }
             Err(e) => {
-                eprintln!("kiln: recording a decode step as a CUDA graph failed ({e:#}); decoding without graphs");
-                self.steps.borrow_mut().enabled = false;
+                // A buffer the pool lacked (e.g. the caller still holds the last step's logits)
+                // is allocated by the eager run below, so the next step can try again; any
+                // other failure, or repeated ones, switch recording off.
+                let mut st = self.steps.borrow_mut();
+                st.failures += 1;
+                if st.failures >= 3 {
+                    eprintln!("kiln: recording a decode step as a CUDA graph failed ({e:#}); decoding without graphs");
+                    st.enabled = false;
+                }
+                drop(st);
                 run(self, cache).map(Some)
             }
         }
