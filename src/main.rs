@@ -71,6 +71,10 @@ struct ModelArgs {
     /// Context size (KV cache positions); default: the model's training context.
     #[arg(short = 'c', long = "ctx-size")]
     ctx: Option<usize>,
+    /// Keep matmul activations in f32 instead of quantizing them to 8 bits (llama.cpp's way):
+    /// slower, but CPU and GPU then agree to float rounding and give the same greedy text.
+    #[arg(long)]
+    f32_activations: bool,
 }
 
 #[derive(Args)]
@@ -171,11 +175,11 @@ fn in_pool(cli: Cli) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Generate(a) => match pick_backend(a.model.device)? {
+        Cmd::Generate(a) => match pick_backend(a.model.device, a.model.f32_activations)? {
             Picked::Cpu(b) => generate(b, &a),
             Picked::Cuda(b) => generate(b, &a),
         },
-        Cmd::Chat(a) => match pick_backend(a.model.device)? {
+        Cmd::Chat(a) => match pick_backend(a.model.device, a.model.f32_activations)? {
             Picked::Cpu(b) => chat(b, &a),
             Picked::Cuda(b) => chat(b, &a),
         },
@@ -191,16 +195,18 @@ enum Picked {
 
 /// The one place a backend is chosen; everything after is generic over it. `auto` takes the
 /// GPU when a driver and a device are there, and says why on stderr when it falls back.
-fn pick_backend(device: Device) -> Result<Picked> {
+fn pick_backend(device: Device, f32_activations: bool) -> Result<Picked> {
+    let cpu = || if f32_activations { Cpu::new().with_f32_activations() } else { Cpu::new() };
+    let cuda = || Cuda::new(kiln::PTX_MODULES, 0).map(|c| if f32_activations { c.with_f32_activations() } else { c });
     match device {
-        Device::Cpu => Ok(Picked::Cpu(Cpu::new())),
-        Device::Cuda => Ok(Picked::Cuda(Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda")?)),
-        Device::Auto if !kiln_host::cuda::driver_present() => Ok(Picked::Cpu(Cpu::new())),
-        Device::Auto => match Cuda::new(kiln::PTX_MODULES, 0) {
+        Device::Cpu => Ok(Picked::Cpu(cpu())),
+        Device::Cuda => Ok(Picked::Cuda(cuda().context("--device cuda")?)),
+        Device::Auto if !kiln_host::cuda::driver_present() => Ok(Picked::Cpu(cpu())),
+        Device::Auto => match cuda() {
             Ok(c) => Ok(Picked::Cuda(c)),
             Err(e) => {
                 eprintln!("kiln: no usable GPU ({e:#}); running on the CPU");
-                Ok(Picked::Cpu(Cpu::new()))
+                Ok(Picked::Cpu(cpu()))
             }
         },
     }

@@ -264,7 +264,30 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     check_err(dev, "matvec_swiglu", err / scale, 2e-5)
 }
 
+/// The f32-activation mat-vec against float64 over the dequantized weights and the raw
+/// activations: only f32 rounding separates them (no activation quantization).
+fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+    let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+    let (qs_b, sc_b, x_b) = (upload(dev, &qs), upload(dev, &sc), upload(dev, &x));
+    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
+    let args = [qs_b.arg(), sc_b.arg(), x_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
+    dev.launch(entry(c.fmt, names::kiln_matvec_f32x_q4_0, names::kiln_matvec_f32x_q4_1, names::kiln_matvec_f32x_q8_0), dims, &args);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "matvec_f32x output", &y)?;
+    let want = r::matvec(&r::dequantize(c.fmt, &gguf, rows, cols), &r::widen(&x), rows, cols, n);
+    check_err(dev, "matvec_f32x", r::rel_err(&y, &want), 1e-5)
+}
+
 kernel_properties! {
+    host_matvec_f32x_q4_0, gpu_matvec_f32x_q4_0: qcase(BlockFormat::Q4_0) => matvec_f32x;
+    host_matvec_f32x_q4_1, gpu_matvec_f32x_q4_1: qcase(BlockFormat::Q4_1) => matvec_f32x;
+    host_matvec_f32x_q8_0, gpu_matvec_f32x_q8_0: qcase(BlockFormat::Q8_0) => matvec_f32x;
     host_matvec_fused_q4_0, gpu_matvec_fused_q4_0: fused_case(BlockFormat::Q4_0) => matvec_fused;
     host_matvec_fused_q4_1, gpu_matvec_fused_q4_1: fused_case(BlockFormat::Q4_1) => matvec_fused;
     host_matvec_fused_q8_0, gpu_matvec_fused_q8_0: fused_case(BlockFormat::Q8_0) => matvec_fused;

@@ -121,7 +121,82 @@ fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `add_rms_norm_q8` leaves `x + y` in `x` and writes what `rms_norm_q8` writes for it, bit for bit.
+fn add_rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, (c.cols as usize).div_ceil(32) * 32);
+    let mut g = Gen::new(c.seed);
+    let (x, y) = (g.activations(rows, cols), g.activations(rows, cols));
+    let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect();
+    let (cu, eps, dims) = (Arg::U32(cols as u32), Arg::F32(1e-6), dev.shapes().per_row(rows as u32));
+    let (yb, wb) = (upload(dev, &y), upload(dev, &w));
+    let mut results = Vec::new();
+    for fused in [false, true] {
+        let xb = upload(dev, &x);
+        let out = poisoned::<f32>(dev, rows * cols, 0xff);
+        let (q, ds) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+        if fused {
+            dev.launch(names::kiln_add_rms_norm_q8, dims, &[xb.arg(), yb.arg(), wb.arg(), out.arg(), q.arg(), ds.arg(), cu, eps]);
+        } else {
+            let n = (rows * cols) as u32;
+            dev.launch(names::kiln_add_assign, dev.shapes().flat(n), &[xb.arg(), yb.arg(), Arg::U32(n)]);
+            dev.launch(names::kiln_rms_norm_q8, dims, &[xb.arg(), wb.arg(), out.arg(), q.arg(), ds.arg(), cu, eps]);
+        }
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        results.push((bits(download::<f32>(dev, &xb)), bits(download::<f32>(dev, &out)), download::<i8>(dev, &q), bits(download::<f32>(dev, &ds))));
+    }
+    let label = dev.label();
+    prop_assert!(results[0].0 == results[1].0, "{}: residual x + y differs", label);
+    prop_assert!(results[0].1 == results[1].1, "{}: normed values differ", label);
+    prop_assert!(results[0].2 == results[1].2, "{}: codes differ", label);
+    prop_assert!(results[0].3 == results[1].3, "{}: block scales differ", label);
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+struct NormRopeCase {
+    n: u32,
+    heads: u32,
+    head_dim: u32,
+    partial: bool,
+    neox: bool,
+    pos0: u32,
+    seed: u64,
+}
+
+fn norm_rope_case() -> impl Strategy<Value = NormRopeCase> {
+    let head_dim = prop::sample::select(vec![2u32, 8, 64, 128, 256, 6]);
+    (1..=3u32, 1..=4u32, head_dim, any::<bool>(), any::<bool>(), 0..5000u32, seed())
+        .prop_map(|(n, heads, head_dim, partial, neox, pos0, seed)| NormRopeCase { n, heads, head_dim, partial: partial && head_dim % 4 == 0, neox, pos0, seed })
+}
+
+/// `rms_norm_rope` equals `rms_norm` (per head) then `rope`, bit for bit.
+fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseError> {
+    let (rows, hd) = ((c.n * c.heads) as usize, c.head_dim as usize);
+    let rot = if c.partial { c.head_dim / 2 } else { c.head_dim };
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(rows, hd);
+    let w: Vec<f32> = (0..hd).map(|_| g.normal() + 0.5).collect();
+    let (xb, wb, pos) = (upload(dev, &x), upload(dev, &w), upload(dev, &[c.pos0]));
+    let (eps, log2_base, neox) = (Arg::F32(1e-6), Arg::F32(1e6f32.log2()), Arg::U32(c.neox as u32));
+    let two = poisoned::<f32>(dev, rows * hd, 0xff);
+    dev.launch(names::kiln_rms_norm, dev.shapes().per_row(rows as u32), &[xb.arg(), wb.arg(), two.arg(), Arg::U32(c.head_dim), eps]);
+    let threads = (rows as u32) * rot / 2;
+    let rope_args = [two.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot), pos.arg(), log2_base, neox, Arg::U32(threads)];
+    dev.launch(names::kiln_rope, dev.shapes().flat(threads), &rope_args);
+    let one = poisoned::<f32>(dev, rows * hd, 0xff);
+    let args = [xb.arg(), wb.arg(), one.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot), pos.arg(), log2_base, neox, eps];
+    dev.launch(names::kiln_rms_norm_rope, dev.shapes().per_row(rows as u32), &args);
+    let (a, b) = (download::<f32>(dev, &one), download::<f32>(dev, &two));
+    check_written(dev, "rms_norm_rope", &a)?;
+    if let Some(i) = a.iter().zip(&b).position(|(p, q)| p.to_bits() != q.to_bits()) {
+        prop_assert!(false, "{}: element {i}: fused {} vs rms_norm+rope {}", dev.label(), a[i], b[i]);
+    }
+    Ok(())
+}
+
 kernel_properties! {
+    host_add_rms_norm_q8, gpu_add_rms_norm_q8: row_case() => add_rms_norm_q8;
+    host_rms_norm_rope, gpu_rms_norm_rope: norm_rope_case() => rms_norm_rope;
     host_rms_norm_q8, gpu_rms_norm_q8: row_case() => rms_norm_q8;
     host_argmax, gpu_argmax: row_case() => argmax;
     host_rms_norm, gpu_rms_norm: row_case() => rms_norm;

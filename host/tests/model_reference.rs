@@ -394,6 +394,26 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
     }
 }
 
+/// With f32 activations (no 8-bit activation codes to flip) the CUDA backend on the host
+/// executor and the CPU backend agree to float rounding at every position of quantized models,
+/// and the nudge that moves Q8_1-activation logits by ~1e-2 moves these by float rounding only.
+#[test]
+fn f32_activations_cuda_on_host_grid_matches_cpu_backend() {
+    use kiln_host::backend::cuda::Cuda;
+    let wide = Synth { n_embd: 128, head_dim: 32, ..LLAMA };
+    for s in [Synth { ty: GgmlType::Q4_1, ..wide }, Synth { ty: GgmlType::Q4_0, ..wide }, Synth { ty: GgmlType::Q8_0, ..QWEN3 }] {
+        let (file, _) = build(&s);
+        let cpu = decode_steps(&Cpu::new().with_f32_activations(), &file, &TOKENS);
+        let gpu = decode_steps(&Cuda::host::<policies::Hopper>().with_f32_activations(), &file, &TOKENS);
+        for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
+            assert!(rel < 1e-5, "{} {:?} position {pos}: f32-activation CUDA-on-host vs CPU logits rel err {rel:e}", s.arch, s.ty);
+        }
+        // And the mode really changes the arithmetic: Q8_1 activations give other logits.
+        let q8 = decode_steps(&Cpu::new(), &file, &TOKENS);
+        assert!(per_position_rel(&cpu, &q8).iter().any(|&r| r > 1e-4), "{} {:?}: f32 and Q8_1 activations agree suspiciously well", s.arch, s.ty);
+    }
+}
+
 /// The CUDA backend (host executor) and the CPU backend in lockstep: every op gets identical
 /// inputs (the CUDA side is re-synced to the CPU's result after each op) and must agree to 1e-5
 /// of the output's scale. Free-running, the two part at some positions by ~1e-2 — sub-1e-6 op

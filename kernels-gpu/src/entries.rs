@@ -133,9 +133,14 @@ kernel_table! {
     kiln_matvec_swiglu_q4_0 = matvec::matvec_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_swiglu_q4_1 = matvec::matvec_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_swiglu_q8_0 = matvec::matvec_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
+    kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, eps: f32);
+    kiln_add_rms_norm_q8 = norm::add_rms_norm_q8 [] (x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_argmax = norm::argmax [] (x: *const f32, out: *mut u32, cols: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
     kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, threads: u32);

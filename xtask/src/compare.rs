@@ -32,6 +32,9 @@ pub struct Args {
     /// differences; fails if any op differs by more than this (relative to its output's scale).
     #[arg(long)]
     lockstep: Option<f32>,
+    /// Both backends keep matmul activations in f32 (kiln's `--f32-activations`).
+    #[arg(long)]
+    f32_activations: bool,
 }
 
 fn argmax(v: &[f32]) -> (usize, f32, f32) {
@@ -59,11 +62,16 @@ fn decode_all<B: Backend + 'static>(e: &Engine<B>, tokens: &[u32]) -> Result<Vec
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut cpu = Engine::load(Cpu::new(), &a.model, Some(1024)).context("CPU backend")?;
-    let new_cuda = || -> Result<Cuda> { if a.host_grid { Ok(Cuda::host::<policies::Hopper>()) } else { Cuda::new(kiln::PTX_MODULES, 0) } };
+    let f32x = a.f32_activations;
+    let new_cpu = || if f32x { Cpu::new().with_f32_activations() } else { Cpu::new() };
+    let mut cpu = Engine::load(new_cpu(), &a.model, Some(1024)).context("CPU backend")?;
+    let new_cuda = || -> Result<Cuda> {
+        let c = if a.host_grid { Cuda::host::<policies::Hopper>() } else { Cuda::new(kiln::PTX_MODULES, 0)? };
+        Ok(if f32x { c.with_f32_activations() } else { c })
+    };
     let gpu = Engine::load(new_cuda()?, &a.model, Some(1024)).context("CUDA backend")?;
     let lock = match a.lockstep {
-        Some(tol) => Some(Engine::load(Lockstep::new(Cpu::new(), new_cuda()?, tol), &a.model, Some(1024)).context("lockstep")?),
+        Some(tol) => Some(Engine::load(Lockstep::new(new_cpu(), new_cuda()?, tol), &a.model, Some(1024)).context("lockstep")?),
         None => None,
     };
     let mut lock_failed = false;

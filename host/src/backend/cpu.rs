@@ -19,12 +19,19 @@ use crate::quant::{self, QMatrix};
 /// more than the loop.
 const PAR_MIN: usize = 1 << 14;
 
-#[derive(Clone, Debug, Default)]
-pub struct Cpu;
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu {
+    f32_activations: bool,
+}
 
 impl Cpu {
     pub fn new() -> Self {
-        Cpu
+        Cpu::default()
+    }
+    /// Matmuls keep activations in f32 instead of quantizing them to 8 bits (as llama.cpp
+    /// does): slower, but the CUDA backend in the same mode agrees to float rounding.
+    pub fn with_f32_activations(self) -> Self {
+        Cpu { f32_activations: true }
     }
 }
 
@@ -203,7 +210,11 @@ impl Backend for Cpu {
             w.cols
         );
         let mut y = CpuTensor::zeros(x.rows, w.rows);
-        w.qmatrix().matmul(&x.data, x.rows, &mut y.data)?;
+        if self.f32_activations {
+            w.qmatrix().matmul_f32x(&x.data, x.rows, &mut y.data)?;
+        } else {
+            w.qmatrix().matmul(&x.data, x.rows, &mut y.data)?;
+        }
         Ok(y)
     }
 

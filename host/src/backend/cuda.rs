@@ -67,6 +67,9 @@ pub struct Cuda {
     gpu: Rc<Gpu>,
     pool: Pool,
     steps: RefCell<Steps>,
+    argmax_out: RefCell<Option<DBuf<u32>>>,
+    /// Quantized matmuls read f32 activations (no Q8_1): see [`Cuda::with_f32_activations`].
+    f32_activations: bool,
 }
 
 impl Cuda {
@@ -83,10 +86,16 @@ impl Cuda {
         let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
         let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
-        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps) })
+        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_out: RefCell::default(), f32_activations: false })
     }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+    /// Matmuls keep activations in f32 instead of Q8_1 (slower): the CPU backend in the same
+    /// mode agrees to float rounding, since no 8-bit activation code can flip between them.
+    pub fn with_f32_activations(mut self) -> Self {
+        self.f32_activations = true;
+        self
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
@@ -292,9 +301,14 @@ impl Backend for Cuda {
     }
 
     fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
-        let out = self.gpu.alloc::<u32>(x.rows)?;
+        // Reuses one small buffer: greedy decoding calls this once per token.
+        let mut slot = self.argmax_out.borrow_mut();
+        if slot.as_ref().is_none_or(|b| b.len() < x.rows) {
+            *slot = Some(self.gpu.alloc::<u32>(x.rows)?);
+        }
+        let out = slot.as_ref().expect("allocated above");
         self.gpu.launch(names::kiln_argmax, self.gpu.shapes().argmax(x.rows as u32), &[x.arg(), out.arg(), u32_arg(x.cols, "argmax width")?])?;
-        self.gpu.download(&out)
+        self.gpu.download_prefix(out, x.rows)
     }
 
     fn rows(&self, x: &CudaTensor, start: usize, n: usize) -> Result<CudaTensor> {
@@ -340,6 +354,15 @@ impl Backend for Cuda {
         let sh = self.gpu.shapes();
         let (rows, cols, n) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?, x.rows as u32);
         match &w.storage {
+            Storage::Split { ty, qs, scales } if self.f32_activations => {
+                let k = match ty {
+                    GgmlType::Q4_0 => names::kiln_matvec_f32x_q4_0,
+                    GgmlType::Q4_1 => names::kiln_matvec_f32x_q4_1,
+                    _ => names::kiln_matvec_f32x_q8_0,
+                };
+                let dims = sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count());
+                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols])?;
+            }
             Storage::Split { ty, qs, scales } => {
                 let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
                 ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
@@ -370,6 +393,50 @@ impl Backend for Cuda {
         } else {
             self.gpu.launch(names::kiln_rms_norm, dims, &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)])?;
         }
+        Ok(out)
+    }
+
+    fn rms_norm_rope(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, pos: usize, rope: &Rope) -> Result<CudaTensor> {
+        let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
+        ensure!(w.cols == rope.head_dim && x.cols % rope.head_dim == 0, "norm {}: {} wide, heads are {}", w.name, w.cols, rope.head_dim);
+        ensure!(rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim, "rope: bad head layout");
+        let out = self.tensor(x.rows, x.cols)?;
+        let heads = x.cols / rope.head_dim;
+        self.gpu.launch(
+            names::kiln_rms_norm_rope,
+            self.gpu.shapes().per_row((x.rows * heads) as u32),
+            &[
+                x.arg(),
+                wd.arg(),
+                out.arg(),
+                u32_arg(heads, "heads")?,
+                u32_arg(rope.head_dim, "head_dim")?,
+                u32_arg(rope.rot_dim, "rot_dim")?,
+                self.pos_arg(pos)?,
+                Arg::F32(rope.freq_base.log2()),
+                Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
+                Arg::F32(eps),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
+        let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
+        if w.cols != x.cols || x.cols % 32 != 0 {
+            self.add_assign(x, y)?;
+            return self.rms_norm(x, w, eps);
+        }
+        ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
+        x.q8 = None;
+        let mut out = self.tensor(x.rows, x.cols)?;
+        let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
+        self.gpu.launch(
+            names::kiln_add_rms_norm_q8,
+            self.gpu.shapes().per_row(x.rows as u32),
+            &[x.arg(), y.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), u32_arg(x.cols, "norm width")?, Arg::F32(eps)],
+        )?;
+        out.q8 = Some(Box::new((xq, xds)));
         Ok(out)
     }
 
@@ -468,7 +535,7 @@ impl Backend for Cuda {
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
-        let Some((ty, parts)) = split_parts(ws).filter(|_| x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len())) else {
+        let Some((ty, parts)) = split_parts(ws).filter(|_| x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len()) && !self.f32_activations) else {
             return ws.iter().map(|w| self.matmul(x, w)).collect();
         };
         let w0 = ws[0];
@@ -496,7 +563,7 @@ impl Backend for Cuda {
     }
 
     fn matmul_swiglu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight) -> Result<CudaTensor> {
-        let fused = split_parts(&[gate, up]).filter(|_| x.rows <= FUSED_MAX_TOKENS && gate.rows == up.rows && gate.cols == x.cols && up.cols == x.cols);
+        let fused = split_parts(&[gate, up]).filter(|_| x.rows <= FUSED_MAX_TOKENS && !self.f32_activations && gate.rows == up.rows && gate.cols == x.cols && up.cols == x.cols);
         let Some((ty, parts)) = fused else {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };

@@ -110,6 +110,19 @@ pub trait Backend {
     /// RMSNorm over each group of `w.cols` columns (a whole row, or one head for QK-norm),
     /// scaled by `w`.
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
+    /// RMSNorm of each head (`w` is `head_dim` long) then RoPE at positions `pos..` (QK-norm);
+    /// a backend may fuse the two.
+    fn rms_norm_rope(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, pos: usize, rope: &Rope) -> Result<Self::Tensor> {
+        let mut y = self.rms_norm(x, w, eps)?;
+        self.rope(&mut y, pos, rope)?;
+        Ok(y)
+    }
+    /// `x += y`, then RMSNorm of the new `x` (a residual add and the next block's norm); a
+    /// backend may fuse the two.
+    fn add_rms_norm(&self, x: &mut Self::Tensor, y: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor> {
+        self.add_assign(x, y)?;
+        self.rms_norm(x, w, eps)
+    }
     /// Rotates every head of row `i` by position `pos + i`, in place.
     fn rope(&self, x: &mut Self::Tensor, pos: usize, rope: &Rope) -> Result<()>;
     /// `silu(gate) * up`, elementwise.

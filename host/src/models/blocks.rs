@@ -1,11 +1,12 @@
 //! Pieces every decoder-only architecture shares: weight loading by GGUF name, the q/k/v/o
-//! attention projections, the SwiGLU feed-forward, and the embedding/output head.
+//! attention projections, the SwiGLU feed-forward, the embedding/output head, and the pre-norm
+//! [`Decoder`] that llama and qwen3 both are (qwen3 adds QK-norm).
 
 use std::sync::Arc;
 
 use anyhow::{Result, ensure};
 
-use super::{Config, Logits};
+use super::{Config, Logits, Model};
 use crate::backend::{Backend, Shape};
 use crate::gguf::GgufFile;
 
@@ -150,5 +151,80 @@ impl<B: Backend> Head<B> {
             _ => x,
         };
         b.matmul(&b.rms_norm(x, &self.norm, c.rms_eps)?, &self.output)
+    }
+}
+
+/// One pre-norm block: `x += attn(norm(x))`, `x += ffn(norm(x))`, with an optional per-head
+/// RMSNorm of queries and keys before RoPE (Qwen3's QK-norm).
+pub struct DecoderBlock<B: Backend> {
+    pub attn_norm: B::Weight,
+    pub attn: SelfAttn<B>,
+    /// `attn_q_norm`, `attn_k_norm` (each `head_dim` long).
+    pub qk_norm: Option<(B::Weight, B::Weight)>,
+    pub ffn_norm: B::Weight,
+    pub ffn: SwiGlu<B>,
+}
+
+impl<B: Backend> DecoderBlock<B> {
+    pub fn load(l: &Loader<B>, i: usize, c: &Config, qk_norm: bool) -> Result<Self> {
+        let qk_norm = if qk_norm { Some((l.blk(i, "attn_q_norm", 1, c.head_dim)?, l.blk(i, "attn_k_norm", 1, c.head_dim)?)) } else { None };
+        Ok(DecoderBlock {
+            attn_norm: l.blk(i, "attn_norm", 1, c.n_embd)?,
+            attn: SelfAttn::load(l, i, c)?,
+            qk_norm,
+            ffn_norm: l.blk(i, "ffn_norm", 1, c.n_embd)?,
+            ffn: SwiGlu::load(l, i, c)?,
+        })
+    }
+
+    pub fn forward(&self, b: &B, cache: &mut B::KvCache, layer: usize, x: &mut B::Tensor, pos: usize, c: &Config) -> Result<()> {
+        let h = b.rms_norm(x, &self.attn_norm, c.rms_eps)?;
+        let (mut q, mut k, v) = self.attn.qkv(b, &h)?;
+        if let Some((qn, kn)) = &self.qk_norm {
+            // The norm weights are head_dim long, so each head is normalized separately.
+            q = b.rms_norm_rope(&q, qn, c.rms_eps, pos, &c.rope)?;
+            k = b.rms_norm_rope(&k, kn, c.rms_eps, pos, &c.rope)?;
+        } else {
+            b.rope(&mut q, pos, &c.rope)?;
+            b.rope(&mut k, pos, &c.rope)?;
+        }
+        let a = self.attn.attend(b, cache, layer, &q, &k, &v, pos, c)?;
+        let h = b.add_rms_norm(x, &a, &self.ffn_norm, c.rms_eps)?;
+        b.add_assign(x, &self.ffn.forward(b, &h)?)
+    }
+}
+
+/// A decoder-only transformer: embedding, `n_layer` [`DecoderBlock`]s, final norm and head.
+pub struct Decoder<B: Backend> {
+    pub cfg: Config,
+    pub head: Head<B>,
+    pub blocks: Vec<DecoderBlock<B>>,
+}
+
+impl<B: Backend> Decoder<B> {
+    /// Loads every block (`qk_norm`: the blocks have `attn_q_norm`/`attn_k_norm`), reporting
+    /// progress per block.
+    pub fn load(l: &Loader<B>, cfg: Config, qk_norm: bool, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+        let head = Head::load(l, &cfg)?;
+        let mut blocks = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            blocks.push(DecoderBlock::load(l, i, &cfg, qk_norm)?);
+            progress(i + 1, cfg.n_layer);
+        }
+        Ok(Decoder { cfg, head, blocks })
+    }
+}
+
+impl<B: Backend> Model<B> for Decoder<B> {
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn forward(&self, b: &B, cache: &mut B::KvCache, tokens: &[u32], pos: usize, logits: Logits) -> Result<B::Tensor> {
+        let mut x = self.head.embed(b, tokens)?;
+        for (layer, block) in self.blocks.iter().enumerate() {
+            block.forward(b, cache, layer, &mut x, pos, &self.cfg)?;
+        }
+        self.head.logits(b, &x, &self.cfg, logits)
     }
 }

@@ -122,8 +122,8 @@ pub fn load<B: Backend + 'static>(
 ) -> Result<Box<dyn Model<B>>> {
     let arch = file.get_str("general.architecture")?;
     Ok(match arch {
-        "llama" => Box::new(llama::Llama::load(b, file, progress)?),
-        "qwen3" => Box::new(qwen3::Qwen3::load(b, file, progress)?),
+        "llama" => Box::new(llama::load(b, file, progress)?),
+        "qwen3" => Box::new(qwen3::load(b, file, progress)?),
         other => bail!(
             "unsupported architecture {other:?} (kiln runs: {})",
             SUPPORTED.join(", ")

@@ -1,6 +1,6 @@
 //! [`QMatrix`]: a quantized weight matrix borrowed from a GGUF map, times f32 activations.
 
-use super::{DotFn, Dot4Fn, GgmlType, Isa, activation_type, kernel, quantize_activations};
+use super::{dequantize_row, DotFn, Dot4Fn, GgmlType, Isa, activation_type, kernel, quantize_activations};
 use anyhow::{Result, bail};
 use rayon::prelude::*;
 
@@ -109,6 +109,39 @@ impl<'a> QMatrix<'a> {
             m.rows_range(k, act, arb, n, r0, r1, out);
         });
         Ok(())
+    }
+
+    /// [`Self::matmul`] without quantizing the activations: each weight row is dequantized to
+    /// f32 and dotted with the f32 activations. Slower, but two devices computing it agree to
+    /// float rounding (no 8-bit activation code can flip): kiln's `--f32-activations` mode.
+    pub fn matmul_f32x(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+        let m = Self::try_new(self.ty, self.data, self.rows, self.cols)?;
+        if n.checked_mul(m.cols) != Some(x.len()) || n.checked_mul(m.rows) != Some(y.len()) {
+            bail!("matmul: x has {} values and y {}, expected n={n} × {} and n × {}", x.len(), y.len(), m.cols, m.rows);
+        }
+        let rb = m.row_bytes();
+        let out = OutPtr(y.as_mut_ptr());
+        let chunk = 64;
+        (0..m.rows.div_ceil(chunk)).into_par_iter().try_for_each(|c| -> Result<()> {
+            let out = &out; // the whole Send + Sync wrapper, not its raw-pointer field
+            let mut w = vec![0f32; m.cols];
+            for r in c * chunk..((c + 1) * chunk).min(m.rows) {
+                dequantize_row(m.ty, &m.data[r * rb..(r + 1) * rb], &mut w)?;
+                for (a, xa) in x.chunks_exact(m.cols).enumerate() {
+                    // Eight partial sums: lets the compiler vectorize without reassociating.
+                    let mut acc = [0f32; 8];
+                    for (wc, xc) in w.chunks_exact(8).zip(xa.chunks_exact(8)) {
+                        for k in 0..8 {
+                            acc[k] += wc[k] * xc[k];
+                        }
+                    }
+                    let tail: f32 = w.chunks_exact(8).remainder().iter().zip(xa.chunks_exact(8).remainder()).map(|(p, q)| p * q).sum();
+                    // SAFETY: row r of activation row a is written by this task only.
+                    unsafe { *out.0.add(a * m.rows + r) = acc.iter().sum::<f32>() + tail };
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Rows `r0..r1` for all `n` activation rows. For n > 1 the weight rows go in L1-sized

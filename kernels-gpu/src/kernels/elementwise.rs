@@ -31,17 +31,29 @@ pub unsafe fn rope<P: TargetPolicy>(
     let half = rot_dim / 2;
     let (i, head_row) = (id % half, id / half); // head_row = t * heads + h
     let pos = unsafe { *pos } + head_row / heads;
-    let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base);
-    let (s, c) = sin_cos(pos as f32 * freq);
     let base = (head_row * head_dim) as usize;
-    let (a, b) = if neox != 0 { (i, i + half) } else { (2 * i, 2 * i + 1) };
+    let (a, b) = rope_pair(i, rot_dim, neox);
     unsafe {
         let pa = x.add(base + a as usize);
         let pb = x.add(base + b as usize);
-        let (va, vb) = (*pa, *pb);
-        *pa = va * c - vb * s;
-        *pb = va * s + vb * c;
+        (*pa, *pb) = rotate(*pa, *pb, pos, i, rot_dim, log2_base);
     }
+}
+
+/// The two dims of a head that rotation pair `i` couples: (i, i + rot_dim/2) for NeoX/Qwen,
+/// (2i, 2i+1) for llama.
+#[inline(always)]
+pub fn rope_pair(i: u32, rot_dim: u32, neox: u32) -> (u32, u32) {
+    if neox != 0 { (i, i + rot_dim / 2) } else { (2 * i, 2 * i + 1) }
+}
+
+/// `(a, b)` rotated by pos·base^(−2i/rot_dim). Every RoPE kernel goes through here, so the
+/// fused norm+RoPE and the plain RoPE produce the same bits.
+#[inline(always)]
+pub fn rotate(a: f32, b: f32, pos: u32, i: u32, rot_dim: u32, log2_base: f32) -> (f32, f32) {
+    let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base);
+    let (s, c) = sin_cos(pos as f32 * freq);
+    (a * c - b * s, a * s + b * c)
 }
 
 /// `out[i] = silu(gate[i]) · up[i]`. Threads: `len`.

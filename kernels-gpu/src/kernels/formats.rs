@@ -29,6 +29,29 @@ pub trait SplitFormat: 'static {
 
     /// Element `i` (0..32) of a block, dequantized.
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
+
+    /// Dot of one weight block (its quants already in registers) with 32 f32 activations,
+    /// in f32: `Σ value(i)·x[i]`, no activation quantization.
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32;
+}
+
+/// Σ q(i)·x[i] and Σ x[i] over a 4-bit block in f32 (nibble order as [`nibble_dot`]).
+#[inline(always)]
+fn nibble_dot_f32(qs: &[u32; 8], x: &[f32; 32]) -> (f32, f32) {
+    let (mut s, mut sx) = (0.0, 0.0);
+    let mut w = 0;
+    while w < 4 {
+        let mut k = 0;
+        while k < 4 {
+            let (lo, hi) = ((qs[w] >> (8 * k)) & 0xf, (qs[w] >> (8 * k + 4)) & 0xf);
+            let (a, b) = (x[4 * w + k], x[16 + 4 * w + k]);
+            s += lo as f32 * a + hi as f32 * b;
+            sx += a + b;
+            k += 1;
+        }
+        w += 1;
+    }
+    (s, sx)
 }
 
 #[inline(always)]
@@ -80,6 +103,11 @@ impl SplitFormat for Q4_0 {
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
         half_at(scale) * (nibble(qs, i) - 8.0)
     }
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+        let (s, sx) = nibble_dot_f32(qs, x);
+        half_at(scale) * (s - 8.0 * sx)
+    }
 }
 
 /// Q4_1: value = d·q + m (scales plane holds d, m as two halves).
@@ -97,6 +125,11 @@ impl SplitFormat for Q4_1 {
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
         half_at(scale) * nibble(qs, i) + half_at(unsafe { scale.add(2) })
+    }
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+        let (s, sx) = nibble_dot_f32(qs, x);
+        half_at(scale) * s + half_at(unsafe { scale.add(2) }) * sx
     }
 }
 
@@ -120,6 +153,16 @@ impl SplitFormat for Q8_0 {
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
         half_at(scale) * unsafe { *qs.add(i) } as i8 as f32
+    }
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+        let mut s = 0.0;
+        let mut i = 0;
+        while i < 32 {
+            s += ((qs[i / 4] >> (8 * (i % 4))) as u8 as i8) as f32 * x[i];
+            i += 1;
+        }
+        half_at(scale) * s
     }
 }
 

@@ -284,6 +284,40 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     }
 }
 
+/// `y` (`n × rows`) = `x` · Wᵀ with W in split layout `F` and `x` f32, not quantized: each
+/// weight block is dequantized in registers and multiplied in f32. Eight times the activation
+/// traffic of the Q8_1 path, but no 8-bit activation codes, so two backends computing this
+/// agree to float rounding (kiln's `--f32-activations` mode). One row per warp, grid-striding.
+/// Launch: [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows/warps⌉.
+pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32) {
+    let (nb, t, rows) = ((cols / QK as u32) as usize, block_idx_y() as usize, rows as usize);
+    let x_row = unsafe { x.add(t * cols as usize) } as *const u32;
+    let warps = P::MATVEC_WARPS as usize;
+    let mut group = block_idx() as usize;
+    while group * warps < rows {
+        let row = group * warps + warp_id() as usize;
+        let mut acc = 0.0;
+        let mut b = lane() as usize;
+        while b < nb && row < rows {
+            let w = unsafe { load_block_quants::<F>(qs.add((row * nb + b) * F::QS_WORDS)) };
+            let mut xv = [0f32; 32];
+            for (k, chunk) in xv.chunks_exact_mut(4).enumerate() {
+                let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
+                for (d, s) in chunk.iter_mut().zip(v) {
+                    *d = f32::from_bits(s);
+                }
+            }
+            acc += F::block_dot_f32(&w, unsafe { scales.add((row * nb + b) * F::SCALE_BYTES) }, &xv);
+            b += WARP as usize;
+        }
+        let s = warp_sum(acc);
+        if lane() == 0 && row < rows {
+            unsafe { *y.add(t * rows + row) = s };
+        }
+        group += grid_dim() as usize;
+    }
+}
+
 /// `y` (`n × rows`) = `x` (`n × cols` f32) · Wᵀ with W f16 (`rows × cols`, 16-byte aligned,
 /// `cols % 8 == 0`). Each lane takes 8 columns per step. Launch: [`launch::matvec`].
 ///

@@ -2,6 +2,7 @@
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
 use crate::kernels::formats::QK;
+use crate::kernels::elementwise::{rope_pair, rotate};
 use crate::kernels::matvec::quantize_block;
 use policies::TargetPolicy;
 
@@ -26,6 +27,22 @@ pub unsafe fn rms_norm<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut 
         unsafe { *out.add(i) = *x.add(i) * inv * *w.add(c as usize) };
         c += block_dim();
     }
+}
+
+/// `x += y`, then [`rms_norm_q8`] of the new `x`: a residual add and the following norm in one
+/// launch (each value is computed exactly as [`add_assign`](crate::kernels::elementwise::add_assign)
+/// then [`rms_norm_q8`] compute it). `cols % 32 == 0`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_rms_norm_q8<P: TargetPolicy>(x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+    let row = block_idx() as usize * cols as usize;
+    let mut c = thread_idx();
+    while c < cols {
+        let i = row + c as usize;
+        unsafe { *x.add(i) += *y.add(i) };
+        c += block_dim();
+    }
+    // rms_norm_q8 starts with a block reduction whose barrier publishes the sums to all threads.
+    unsafe { rms_norm_q8::<P>(x, w, out, xq, xds, cols, eps) }
 }
 
 /// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, as
@@ -55,6 +72,52 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *m
             quantize_block(v, xq.add(row + c), xds.add(2 * (block_idx() * nb + b) as usize));
         }
         b += block_dim() / WARP;
+    }
+}
+
+/// Per-head RMSNorm then RoPE (Qwen3's QK-norm): block `r` normalizes head row `r` of `x`
+/// (`n × heads × head_dim`, scaled by `w`, `head_dim` long) into `out` and rotates it for
+/// position `*pos + r / heads`. The same arithmetic as [`rms_norm`] then
+/// [`rope`](crate::kernels::elementwise::rope), in one launch instead of two.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rms_norm_rope<P: TargetPolicy>(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    heads: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    pos: *const u32,
+    log2_base: f32,
+    neox: u32,
+    eps: f32,
+) {
+    let scratch: *mut f32 = shared_mem();
+    let row = block_idx() as usize * head_dim as usize;
+    let mut ss = 0.0;
+    let mut c = thread_idx();
+    while c < head_dim {
+        let v = unsafe { *x.add(row + c as usize) };
+        ss += v * v;
+        c += block_dim();
+    }
+    let inv = rsqrt(unsafe { block_sum(ss, scratch) } / head_dim as f32 + eps);
+    let normed = |c: u32| unsafe { *x.add(row + c as usize) } * inv * unsafe { *w.add(c as usize) };
+    let p = unsafe { *pos } + block_idx() / heads;
+    let mut i = thread_idx();
+    while i < rot_dim / 2 {
+        let (a, b) = rope_pair(i, rot_dim, neox);
+        let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, log2_base);
+        unsafe {
+            *out.add(row + a as usize) = ra;
+            *out.add(row + b as usize) = rb;
+        }
+        i += block_dim();
+    }
+    let mut c = rot_dim + thread_idx();
+    while c < head_dim {
+        unsafe { *out.add(row + c as usize) = normed(c) };
+        c += block_dim();
     }
 }
 
