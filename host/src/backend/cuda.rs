@@ -125,7 +125,11 @@ fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols
 }
 
 fn u32_arg(v: usize, what: &str) -> Result<Arg> {
-    u32::try_from(v).map(Arg::U32).map_err(|_| anyhow::anyhow!("{what} = {v} is too large for the GPU kernels"))
+    to_u32(v, what).map(Arg::U32)
+}
+
+fn to_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| anyhow::anyhow!("{what} = {v} is too large for the GPU kernels"))
 }
 
 impl Backend for Cuda {
@@ -313,6 +317,10 @@ impl Backend for Cuda {
         ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
         ensure!(attn.head_dim % 32 == 0 && attn.head_dim <= 256, "head_dim {} unsupported on the GPU (multiple of 32, ≤ 256)", attn.head_dim);
         let sh = self.gpu.shapes();
+        // The step's first position lives on the device: no launch below depends on it, so a
+        // recorded graph replays them at every step. (An upload per call for now; a persistent
+        // step buffer written once per step replaces it.)
+        let pos_buf = self.gpu.upload(&[to_u32(pos, "position")?])?;
         let store_threads = n * spec.n_kv_head * spec.head_dim;
         for (src, dst) in [(k, &cache.k[layer]), (v, &cache.v[layer])] {
             self.gpu.launch(
@@ -324,29 +332,35 @@ impl Backend for Cuda {
                     u32_arg(spec.n_kv_head, "kv heads")?,
                     u32_arg(spec.head_dim, "head_dim")?,
                     u32_arg(spec.max_seq, "context")?,
-                    u32_arg(pos, "position")?,
+                    pos_buf.arg(),
                     u32_arg(store_threads, "kv size")?,
                 ],
             )?;
         }
-        let dims = sh.attention(attn.n_head as u32, n as u32, (pos + n) as u32);
-        ensure!(dims.shared_bytes <= sh.max_shared_bytes(), "context of {} tokens exceeds the attention kernel's shared memory", pos + n);
-        let out = self.tensor(n, attn.n_head * attn.head_dim)?;
+        let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
+        let (tokens, max_ctx) = (to_u32(n, "tokens")?, to_u32(spec.max_seq, "context")?);
+        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
         self.gpu.launch(
-            names::kiln_attention,
-            dims,
+            names::kiln_attention_chunks,
+            sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
             &[
                 q.arg(),
                 cache.k[layer].arg(),
                 cache.v[layer].arg(),
-                out.arg(),
-                u32_arg(attn.n_head, "heads")?,
-                u32_arg(attn.n_kv_head, "kv heads")?,
-                u32_arg(attn.head_dim, "head_dim")?,
-                u32_arg(spec.max_seq, "context")?,
-                u32_arg(pos, "position")?,
+                scratch.arg(),
+                pos_buf.arg(),
+                Arg::U32(heads),
+                Arg::U32(kv_heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
                 Arg::F32(attn.scale),
             ],
+        )?;
+        let out = self.tensor(n, attn.n_head * attn.head_dim)?;
+        self.gpu.launch(
+            names::kiln_attention_combine,
+            sh.attention_combine(heads, head_dim, tokens),
+            &[scratch.arg(), out.arg(), pos_buf.arg(), Arg::U32(heads), Arg::U32(head_dim), Arg::U32(max_ctx)],
         )?;
         Ok(out)
     }

@@ -48,8 +48,15 @@ pub fn shfl_idx(v: f32, src: u32) -> f32 {
 
 /// Sum over the 32 lanes of a warp (butterfly: every lane gets the total). All lanes must call.
 #[inline(always)]
-pub fn warp_sum(mut v: f32) -> f32 {
-    let mut m = WARP / 2;
+pub fn warp_sum(v: f32) -> f32 {
+    lane_group_sum(v, WARP)
+}
+
+/// Sum within each aligned group of `width` lanes (a power of two ≤ 32): every lane gets its
+/// group's total, `log2(width)` butterfly rounds. All lanes of the warp must call, same `width`.
+#[inline(always)]
+pub fn lane_group_sum(mut v: f32, width: u32) -> f32 {
+    let mut m = width / 2;
     while m > 0 {
         v += shfl_xor(v, m);
         m /= 2;

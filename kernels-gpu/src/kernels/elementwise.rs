@@ -94,14 +94,15 @@ pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out
 }
 
 /// Append `n` tokens of K (or V) (`n × kv_heads × head_dim` f32) to an f16 cache laid out
-/// `kv_heads × max_ctx × head_dim`, at positions `pos0..pos0+n`. Threads: `n × kv_heads × head_dim`.
+/// `kv_heads × max_ctx × head_dim`, at positions `*pos..*pos+n`. Threads: `n × kv_heads × head_dim`.
+/// The position is read on the device so a recorded launch serves every decode step.
 pub unsafe fn kv_store<P: TargetPolicy>(
     src: *const f32,
     cache: *mut u16,
     kv_heads: u32,
     head_dim: u32,
     max_ctx: u32,
-    pos0: u32,
+    pos: *const u32,
     threads: u32,
 ) {
     let id = global_id();
@@ -111,6 +112,6 @@ pub unsafe fn kv_store<P: TargetPolicy>(
     let d = id % head_dim;
     let h = (id / head_dim) % kv_heads;
     let t = id / (head_dim * kv_heads);
-    let dst = ((h * max_ctx + pos0 + t) * head_dim + d) as usize;
+    let dst = ((h * max_ctx + unsafe { *pos } + t) * head_dim + d) as usize;
     unsafe { *cache.add(dst) = f32_to_f16(*src.add(id as usize)) };
 }
