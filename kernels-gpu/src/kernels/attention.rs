@@ -23,8 +23,8 @@ pub const MAX_HEAD_DIM: u32 = 256;
 pub const MAX_GROUP: u32 = 4;
 /// f16 values of a K/V row one lane loads at once: 16 bytes.
 const VEC: usize = 8;
-/// K/V rows each lane loads before computing on them. Decode is bound by cache reads, and the
-/// bytes a block has in flight are what keeps them coming.
+/// K/V rows each lane has loads in flight for. Decode is bound by cache reads, and the bytes a
+/// block has in flight are what keeps them coming.
 const ROWS_IN_FLIGHT: u32 = 4;
 /// Floats of a softmax partial record before its `head_dim` weighted V sums: max, exp-sum.
 const STATS: u32 = 2;
@@ -104,47 +104,64 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     let rows = WARP / lanes; // rows a warp reads per step, `lanes` lanes each
     let (sub, dim0) = (lane() / lanes, (lane() % lanes) * VEC as u32);
     let active = dim0 < head_dim;
-    // Queries pre-scaled into the exp2 domain: 2^(s·log2 e) = e^s.
+    // Queries pre-scaled into the exp2 domain: 2^(s·log2 e) = e^s. Register arrays are only
+    // indexed in loops of constant trip count with the run-time bound as a guard inside, so
+    // every index is a constant after unrolling (a run-time bound puts them in local memory).
     let mut qs = [[0f32; VEC]; MAX_GROUP as usize];
-    for (g, qg) in qs.iter_mut().enumerate().take(if active { gs } else { 0 }) {
-        let row = unsafe { q.add(((t * heads + h0 + g as u32) * head_dim + dim0) as usize) };
-        for (j, x) in qg.iter_mut().enumerate() {
-            *x = unsafe { *row.add(j) } * scale * LOG2_E;
+    for (g, qg) in qs.iter_mut().enumerate() {
+        if g < gs && active {
+            let row = unsafe { q.add(((t * heads + h0 + g as u32) * head_dim + dim0) as usize) };
+            for (j, x) in qg.iter_mut().enumerate() {
+                *x = unsafe { *row.add(j) } * scale * LOG2_E;
+            }
         }
     }
-    let kv_at = |cache: *const u16, p: u32| unsafe { cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize) } as *const u32;
+    // Each step the block reads `step` consecutive rows, warp w the `rows` at w·rows. A lane
+    // keeps the loads of its next ROWS_IN_FLIGHT rows queued: a step takes the head of the queue
+    // and loads the row ROWS_IN_FLIGHT steps ahead, so that many are always in flight.
+    let step = warps * rows;
+    let mine = start + warp_id() * rows + sub; // this lane's row in the first step
+    let load = |p: u32| {
+        if p < end && active {
+            let at = |cache: *const u16| unsafe { cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize) } as *const u32;
+            unsafe { (ld_nc_v4(at(k)), ld_nc_v4(at(v))) }
+        } else {
+            ([0; 4], [0; 4])
+        }
+    };
+    let mut queue: [([u32; 4], [u32; 4]); ROWS_IN_FLIGHT as usize] = core::array::from_fn(|u| load(mine + u as u32 * step));
     let mut run = [Running::EMPTY; MAX_GROUP as usize];
     let mut b = start;
     while b < end {
-        // Step u: warp w reads the `rows` consecutive rows at b + (u·warps + w)·rows.
-        let row = |u: u32| b + (u * warps + warp_id()) * rows + sub;
-        let (mut kw, mut vw) = ([[0u32; 4]; ROWS_IN_FLIGHT as usize], [[0u32; 4]; ROWS_IN_FLIGHT as usize]);
-        for u in 0..ROWS_IN_FLIGHT {
-            if row(u) < end && active {
-                kw[u as usize] = unsafe { ld_nc_v4(kv_at(k, row(u))) };
-                vw[u as usize] = unsafe { ld_nc_v4(kv_at(v, row(u))) };
+        // `b` is block-uniform, so every lane of a warp joins each butterfly below.
+        let p = mine + (b - start);
+        let (kf, vf) = (halves(queue[0].0), halves(queue[0].1));
+        for u in 1..ROWS_IN_FLIGHT as usize {
+            queue[u - 1] = queue[u];
+        }
+        queue[ROWS_IN_FLIGHT as usize - 1] = load(p + ROWS_IN_FLIGHT * step);
+        // Scores of the row for every head, then the fold: two short loops unroll fully where
+        // one long one would not (and would leave `qs` and `run` in local memory).
+        let mut scores = [0f32; MAX_GROUP as usize];
+        for (g, (qg, s)) in qs.iter().zip(&mut scores).enumerate() {
+            if g < gs {
+                *s = lane_group_sum(qg.iter().zip(&kf).map(|(a, b)| a * b).sum(), lanes);
             }
         }
-        for u in 0..ROWS_IN_FLIGHT {
-            if b + u * warps * rows >= end {
-                break; // block-uniform: no warp has a row left in this step
-            }
-            let (kf, vf) = (halves(kw[u as usize]), halves(vw[u as usize]));
-            for (qg, r) in qs.iter().zip(&mut run).take(gs) {
-                // Every lane joins the butterfly; only lanes of a row inside the split keep it.
-                let s = lane_group_sum(qg.iter().zip(&kf).map(|(a, b)| a * b).sum(), lanes);
-                if row(u) < end {
-                    r.merge(s, 1.0, &vf);
-                }
+        for (g, (r, s)) in run.iter_mut().zip(&scores).enumerate() {
+            if g < gs && p < end {
+                r.merge(*s, 1.0, &vf);
             }
         }
-        b += ROWS_IN_FLIGHT * warps * rows;
+        b += step;
     }
     let smem: *mut f32 = shared_mem();
     let slot = warp_id() * rows + sub;
-    for (g, r) in run.iter().enumerate().take(gs) {
-        let rec = unsafe { smem.add(((slot * per_block + g as u32) * record_floats(head_dim)) as usize) };
-        unsafe { r.store(rec, dim0 == 0, if active { VEC as u32 } else { 0 }, |j| dim0 + j) };
+    for (g, r) in run.iter().enumerate() {
+        if g < gs {
+            let rec = unsafe { smem.add(((slot * per_block + g as u32) * record_floats(head_dim)) as usize) };
+            unsafe { r.store(rec, dim0 == 0, if active { VEC as u32 } else { 0 }, |j| dim0 + j) };
+        }
     }
     unsafe {
         merge_slots(smem, warps * rows, per_block, gs as u32, head_dim, |g, d, m, l, a| {
@@ -174,8 +191,10 @@ pub unsafe fn attention_combine<P: TargetPolicy>(part: *const f32, out: *mut f32
     while s < live {
         let rec = unsafe { recs.add((s * rec_len) as usize) };
         let mut sums = [0f32; VEC];
-        for (j, x) in sums.iter_mut().enumerate().take(per_lane as usize) {
-            *x = unsafe { *rec.add((STATS + lane() + WARP * j as u32) as usize) };
+        for (j, x) in sums.iter_mut().enumerate() {
+            if (j as u32) < per_lane {
+                *x = unsafe { *rec.add((STATS + lane() + WARP * j as u32) as usize) };
+            }
         }
         run.merge(unsafe { *rec }, unsafe { *rec.add(1) }, &sums);
         s += P::ATTN_WARPS;
@@ -218,8 +237,10 @@ impl Running {
         if lead {
             unsafe { (*rec, *rec.add(1)) = (self.m, self.l) };
         }
-        for j in 0..count {
-            unsafe { *rec.add((STATS + dim(j)) as usize) = self.acc[j as usize] };
+        for (j, a) in self.acc.iter().enumerate() {
+            if (j as u32) < count {
+                unsafe { *rec.add((STATS + dim(j as u32)) as usize) = *a };
+            }
         }
     }
 }
