@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::names;
+use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
@@ -315,7 +316,11 @@ impl Backend for Cuda {
         let n = q.rows;
         ensure!(layer < spec.n_layer, "attention: layer {layer} of {}", spec.n_layer);
         ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
-        ensure!(attn.head_dim % 32 == 0 && attn.head_dim <= 256, "head_dim {} unsupported on the GPU (multiple of 32, ≤ 256)", attn.head_dim);
+        ensure!(
+            attn.head_dim.is_multiple_of(32) && attn.head_dim <= MAX_HEAD_DIM as usize,
+            "head_dim {} unsupported on the GPU (multiple of 32, ≤ {MAX_HEAD_DIM})",
+            attn.head_dim
+        );
         let sh = self.gpu.shapes();
         // The step's first position lives on the device: no launch below depends on it, so a
         // recorded graph replays them at every step. (An upload per call for now; a persistent

@@ -77,6 +77,7 @@ pub const fn record_floats(head_dim: u32) -> u32 {
 /// aligned; `*pos`: the step's first position; token `t` attends positions `0..=*pos + t`.
 /// `head_dim % 32 == 0`, `head_dim <= MAX_HEAD_DIM`, `heads % kv_heads == 0`.
 /// Launch: [`launch::attention_chunks`](crate::kernels::launch::attention_chunks).
+#[allow(clippy::too_many_arguments)] // a kernel's parameters are its launch's argument list
 pub unsafe fn attention_chunks<P: TargetPolicy>(
     q: *const f32,
     k: *const u16,
