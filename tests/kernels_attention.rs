@@ -1,10 +1,16 @@
-//! Properties of `kernels/attention.rs`: causal grouped-query attention over the f16 KV cache,
-//! decode (one token) and prefill (several tokens after `pos0` cached ones).
+//! Properties of `kernels/attention.rs`: causal grouped-query split-KV attention over the f16
+//! KV cache, decode (one token) and prefill (several tokens after `pos0` cached ones).
 //!
 //! The cache is filled by the `kv_store` kernel, as the model does, so a case exercises the
-//! pair. Two references: one over the f16 values the cache really holds (only f32 arithmetic
-//! separates kernel and reference: ~1e-5), one over the unrounded K/V (the error f16 storage
-//! costs: ~1e-3).
+//! pair; both read the position from a device buffer. Two references: one over the f16 values the
+//! cache really holds (only f32 arithmetic separates kernel and reference: ~1e-5), one over the
+//! unrounded K/V (the error f16 storage costs: ~1e-3). Caches, scratch and output start as NaN,
+//! so a read of a slot never stored, or a partial never written, shows.
+//!
+//! Shapes to reach: histories crossing chunk boundaries (`ATTN_CHUNK` is 128 or 256), caches
+//! much larger than the history (most splits empty), groups larger than one block's
+//! `MAX_GROUP` (slices), and prefills over caches so large that the splits are capped to
+//! `ATTN_MAX_PARTIALS` per head and span several chunks each.
 mod common;
 
 use common::data::{Gen, head_dim, seed};
@@ -26,15 +32,18 @@ struct AttnCase {
     seed: u64,
 }
 
-/// GQA group sizes 1–4 (1 = plain multi-head), decode and prefill. The host executor pays
-/// ~1 ms per warp shuffle round on two cores, so histories up to ~300 positions come with a
-/// single KV head and token (≤ 4 blocks); short histories get the full head/token mix.
+/// GQA group sizes 1–6 (1 = plain multi-head, 5 and 6 take two blocks per group), decode and
+/// prefill. The host executor pays for every warp shuffle round, so histories past the first
+/// chunks (up to 600 positions: several chunk boundaries) come with one KV head and token;
+/// short histories get the full head/token mix. A quarter of the cases have a cache thousands
+/// of positions larger than the history.
 fn attn_case() -> impl Strategy<Value = AttnCase> {
-    let short = (1..=2u32, 1..=4u32, head_dim(), 1..=2u32, 0..16u32);
-    let long = (Just(1u32), 1..=4u32, head_dim(), Just(1u32), 16..300u32);
+    let short = (1..=2u32, 1..=6u32, head_dim(), 1..=3u32, 0..16u32);
+    let long = (Just(1u32), 1..=4u32, head_dim(), Just(1u32), 16..600u32);
     let shape = prop_oneof![3 => short, 1 => long];
+    let spare = prop_oneof![3 => 0..3u32, 1 => 1000..3000u32];
     let sharp = prop::sample::select(vec![1.0f32, 4.0]);
-    (shape, 0..3u32, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
+    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
         kv_heads,
         group,
         head_dim,
@@ -44,6 +53,27 @@ fn attn_case() -> impl Strategy<Value = AttnCase> {
         sharpness,
         seed,
     })
+}
+
+/// Prefill of 2–4 tokens into a cache of ~70k positions: `tokens × chunks` is over the 1024
+/// partials per head every policy allows, so splits of several chunks each (Spark: from 4
+/// tokens on). Histories up to 700 cross split boundaries.
+fn capped_case() -> impl Strategy<Value = AttnCase> {
+    (1..=3u32, prop::sample::select(vec![32u32, 64]), 2..=4u32, 0..700u32, seed()).prop_map(|(group, head_dim, n, pos0, seed)| AttnCase {
+        kv_heads: 1,
+        group,
+        head_dim,
+        n,
+        pos0,
+        spare: 70_000,
+        sharpness: 1.0,
+        seed,
+    })
+}
+
+/// The first `rows` positions of each head of a `kv_heads × max_ctx × head_dim` cache.
+fn history<T: Copy>(cache: &[T], max_ctx: usize, rows: usize, head_dim: usize) -> Vec<T> {
+    cache.chunks(max_ctx * head_dim).flat_map(|h| &h[..rows * head_dim]).copied().collect()
 }
 
 fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
@@ -60,51 +90,46 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     // Store all `total` tokens with one kv_store each for K and V, into NaN-poisoned caches:
     // a read of a slot never stored turns the output NaN.
     let mut caches = Vec::new();
+    let zero = upload(dev, &[0u32]);
     for src in [&k, &v] {
         let sb = upload(dev, src);
         let cb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
         let threads = (total * kvh * hd) as u32;
-        let zero = upload(dev, &[0u32]);
         let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
         dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
         caches.push(cb);
     }
     let (kb, vb) = (caches[0], caches[1]);
 
-    let qb = upload(dev, &q);
-    let pos = upload(dev, &[c.pos0]);
+    let (qb, pos) = (upload(dev, &q), upload(dev, &[c.pos0]));
+    let (h32, ctx32) = (heads as u32, max_ctx as u32);
+    let scratch = dev.shapes().attention_scratch(h32, c.head_dim, c.n, ctx32);
+    let part = poisoned::<f32>(dev, scratch, 0xff);
     let ob = poisoned::<f32>(dev, n * heads * hd, 0xff);
     let scale = c.sharpness / (hd as f32).sqrt();
-    let dims = dev.shapes().attention(heads as u32, c.n, total as u32);
-    let args = [
-        qb.arg(),
-        kb.arg(),
-        vb.arg(),
-        ob.arg(),
-        Arg::U32(heads as u32),
-        Arg::U32(c.kv_heads),
-        Arg::U32(c.head_dim),
-        Arg::U32(max_ctx as u32),
-        pos.arg(),
-        Arg::F32(scale),
-    ];
-    dev.launch(names::kiln_attention, dims, &args);
+    let dims = dev.shapes().attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32);
+    let args = [qb.arg(), kb.arg(), vb.arg(), part.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(ctx32), Arg::F32(scale)];
+    dev.launch(names::kiln_attention_chunks, dims, &args);
+    let dims = dev.shapes().attention_combine(h32, c.head_dim, c.n);
+    dev.launch(names::kiln_attention_combine, dims, &[part.arg(), ob.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.head_dim), Arg::U32(ctx32)]);
     let out = download::<f32>(dev, &ob);
     check_written(dev, "attention", &out)?;
 
-    let (k16, v16) = (r::f16_values(&download::<u16>(dev, &kb)), r::f16_values(&download::<u16>(dev, &vb)));
-    let exact = r::attention(&q, &k16, &v16, heads, kvh, hd, max_ctx, c.pos0 as usize, scale as f64);
+    // References over the history only (`total` positions per head), so a huge cache costs nothing.
+    let k16 = r::f16_values(&history(&download::<u16>(dev, &kb), max_ctx, total, hd));
+    let v16 = r::f16_values(&history(&download::<u16>(dev, &vb), max_ctx, total, hd));
+    let exact = r::attention(&q, &k16, &v16, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
     check_err(dev, "attention vs f16 cache values", r::rel_err(&out, &exact), 2e-5)?;
 
-    // The same layout with the unrounded K/V (slots past `total` are never read).
-    let mut kf = vec![0.0; kvh * max_ctx * hd];
-    let mut vf = vec![0.0; kvh * max_ctx * hd];
+    // The same layout with the unrounded K/V (stored token-major: `total × kv_heads × head_dim`).
+    let mut kf = vec![0.0; kvh * total * hd];
+    let mut vf = vec![0.0; kvh * total * hd];
     for (i, (&kv, &vv)) in k.iter().zip(&v).enumerate() {
         let (d, h, t) = (i % hd, i / hd % kvh, i / (hd * kvh));
-        kf[(h * max_ctx + t) * hd + d] = kv as f64;
-        vf[(h * max_ctx + t) * hd + d] = vv as f64;
+        kf[(h * total + t) * hd + d] = kv as f64;
+        vf[(h * total + t) * hd + d] = vv as f64;
     }
-    let raw = r::attention(&q, &kf, &vf, heads, kvh, hd, max_ctx, c.pos0 as usize, scale as f64);
+    let raw = r::attention(&q, &kf, &vf, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
     check_err(dev, "attention vs unrounded K/V", r::rel_err(&out, &raw), 2e-3 * c.sharpness as f64)
 }
 
@@ -112,13 +137,33 @@ kernel_properties! {
     host_attention, gpu_attention: attn_case() => attention;
 }
 
-/// Long contexts (up to 4096 cached positions: 16 KiB of scores in shared memory), head_dim up
-/// to the kernel's maximum (256) and prefill chunks: GPU only. Sizes keep the float64 reference
-/// (heads × tokens × context × head_dim) to about a second per case.
+#[test]
+fn host_attention_capped_splits() {
+    common::run_host(3, capped_case(), attention);
+}
+
+#[test]
+fn gpu_attention_capped_splits() {
+    common::run_gpu("gpu_attention_capped_splits", 32, capped_case(), attention);
+}
+
+/// Long contexts (up to 4096 cached positions, in caches up to 40k positions: the model's
+/// largest), head_dim up to the kernel's maximum (256), groups up to 8 and prefill chunks: GPU
+/// only. Sizes keep the float64 reference (heads × tokens × context × head_dim) to about a
+/// second per case.
 #[test]
 fn gpu_attention_long_context() {
-    let case = (1..=4u32, 1..=4u32, prop::sample::select(vec![64u32, 128, 256]), 1..=8u32, 0..4096u32, seed()).prop_map(
-        |(kv_heads, group, head_dim, n, pos0, seed)| AttnCase { kv_heads, group, head_dim, n, pos0, spare: 7, sharpness: 1.0, seed },
-    );
+    let shape = (1..=4u32, 1..=8u32, prop::sample::select(vec![64u32, 96, 128, 256]), 1..=8u32, 0..4096u32);
+    let spare = prop::sample::select(vec![7u32, 1000, 36_000]);
+    let case = (shape, spare, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, seed)| AttnCase {
+        kv_heads,
+        group,
+        head_dim,
+        n,
+        pos0,
+        spare,
+        sharpness: 1.0,
+        seed,
+    });
     common::run_gpu("gpu_attention_long_context", 32, case, attention);
 }

@@ -212,7 +212,7 @@ fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
     let mut cache: Vec<u16> = (0..kvh * max_ctx * hd).map(|i| 0x7e00 | (i as u16 & 0x1ff)).collect();
     let (sb, cb) = (upload(dev, &src), upload(dev, &cache));
     let threads = (n * kvh * hd) as u32;
-    let pos = upload(dev, &[c.pos0]);
+    let pos = upload(dev, &[c.pos0]); // read on the device, like every position-dependent kernel
     let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), pos.arg(), Arg::U32(threads)];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
     let got = download::<u16>(dev, &cb);

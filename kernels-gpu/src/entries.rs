@@ -151,5 +151,6 @@ kernel_table! {
     kiln_embed_q8_0 = ew::embed_split [formats::Q8_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_f16 = ew::embed_f16 [] (table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_kv_store = ew::kv_store [] (src: *const f32, cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, threads: u32);
-    kiln_attention = attention::attention [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, scale: f32);
+    kiln_attention_chunks = attention::attention_chunks [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
+    kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
 }

@@ -30,4 +30,9 @@ impl TargetPolicy for Ampere {
 
     const ROW_THREADS: u32 = 256;
     const ATTN_WARPS: u32 = 4;
+    // 108 SMs: decode of 8 KV heads at 4k context is 256 blocks, over two per SM.
+    const ATTN_CHUNK: u32 = 128;
+    // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
+    // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
+    const ATTN_MAX_PARTIALS: u32 = 1024;
 }

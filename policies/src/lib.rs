@@ -75,8 +75,16 @@ pub trait TargetPolicy: 'static {
     // --- row kernels (norms, softmax) and attention -----------------------------------------
     /// Threads per block for one-row-per-block kernels.
     const ROW_THREADS: u32;
-    /// Warps per block of decode attention (one block per query head).
+    /// Warps per block of both attention passes (split-KV partials, then their combine).
     const ATTN_WARPS: u32;
+    /// Cache positions one attention block reads (a KV "chunk"): decode launches one block per
+    /// (KV head, chunk of the whole cache), so this trades blocks in flight against partials to
+    /// write and merge.
+    const ATTN_CHUNK: u32;
+    /// Softmax partials (token × KV split) one query head may leave in the attention scratch. A
+    /// split is one chunk while `tokens × chunks` fits; a long prefill over a large cache gets
+    /// fewer, longer splits instead of a scratch that grows with both.
+    const ATTN_MAX_PARTIALS: u32;
 }
 
 /// Rows of output one mat-vec block produces.
@@ -90,6 +98,7 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::MATVEC_WARPS >= 1 && P::MATVEC_WARPS * WARP <= 1024);
     assert!(P::ROW_THREADS % WARP == 0 && P::ROW_THREADS <= 1024);
     assert!(P::ATTN_WARPS >= 1 && P::ATTN_WARPS * WARP <= 1024);
+    assert!(P::ATTN_CHUNK >= 1 && P::ATTN_MAX_PARTIALS >= 1);
     assert!(P::TILE_M % P::Mma::M == 0);
     assert!(P::TILE_N % P::Mma::N == 0);
     assert!(P::TILE_K % P::Mma::K == 0);

@@ -31,4 +31,9 @@ impl TargetPolicy for SparkGb10 {
 
     const ROW_THREADS: u32 = 256;
     const ATTN_WARPS: u32 = 4;
+    // 48 SMs on ~270 GB/s: few blocks saturate it, so longer chunks mean fewer partials.
+    const ATTN_CHUNK: u32 = 256;
+    // 1024 partials per head: chunks of a cache up to 256k positions for decode, and a scratch of
+    // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
+    const ATTN_MAX_PARTIALS: u32 = 1024;
 }

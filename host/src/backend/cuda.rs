@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::names;
+use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
@@ -127,7 +128,7 @@ impl Cuda {
     }
     /// Device address of the step's first position.
     fn pos_arg(&self, pos: usize) -> Result<Arg> {
-        self.step_arg(0, &[u32::try_from(pos).map_err(|_| anyhow::anyhow!("position {pos} is too large for the GPU kernels"))?])
+        self.step_arg(0, &[to_u32(pos, "position")?])
     }
 
     /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
@@ -238,7 +239,11 @@ fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols
 }
 
 fn u32_arg(v: usize, what: &str) -> Result<Arg> {
-    u32::try_from(v).map(Arg::U32).map_err(|_| anyhow::anyhow!("{what} = {v} is too large for the GPU kernels"))
+    to_u32(v, what).map(Arg::U32)
+}
+
+fn to_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| anyhow::anyhow!("{what} = {v} is too large for the GPU kernels"))
 }
 
 impl Backend for Cuda {
@@ -491,7 +496,11 @@ impl Backend for Cuda {
         let n = q.rows;
         ensure!(layer < spec.n_layer, "attention: layer {layer} of {}", spec.n_layer);
         ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
-        ensure!(attn.head_dim % 32 == 0 && attn.head_dim <= 256, "head_dim {} unsupported on the GPU (multiple of 32, ≤ 256)", attn.head_dim);
+        ensure!(
+            attn.head_dim.is_multiple_of(32) && attn.head_dim <= MAX_HEAD_DIM as usize,
+            "head_dim {} unsupported on the GPU (multiple of 32, ≤ {MAX_HEAD_DIM})",
+            attn.head_dim
+        );
         let sh = self.gpu.shapes();
         let pos_d = self.pos_arg(pos)?;
         let store_threads = n * spec.n_kv_head * spec.head_dim;
@@ -510,26 +519,30 @@ impl Backend for Cuda {
                 ],
             )?;
         }
-        // Inside a step (maybe recorded) the launch must not depend on the position.
-        let max_len = if self.steps.borrow().in_step { spec.max_seq } else { pos + n };
-        let dims = sh.attention(attn.n_head as u32, n as u32, max_len as u32);
-        ensure!(dims.shared_bytes <= sh.max_shared_bytes(), "context of {} tokens exceeds the attention kernel's shared memory", pos + n);
-        let out = self.tensor(n, attn.n_head * attn.head_dim)?;
+        let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
+        let (tokens, max_ctx) = (to_u32(n, "tokens")?, to_u32(spec.max_seq, "context")?);
+        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
         self.gpu.launch(
-            names::kiln_attention,
-            dims,
+            names::kiln_attention_chunks,
+            sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
             &[
                 q.arg(),
                 cache.k[layer].arg(),
                 cache.v[layer].arg(),
-                out.arg(),
-                u32_arg(attn.n_head, "heads")?,
-                u32_arg(attn.n_kv_head, "kv heads")?,
-                u32_arg(attn.head_dim, "head_dim")?,
-                u32_arg(spec.max_seq, "context")?,
+                scratch.arg(),
                 pos_d,
+                Arg::U32(heads),
+                Arg::U32(kv_heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
                 Arg::F32(attn.scale),
             ],
+        )?;
+        let out = self.tensor(n, attn.n_head * attn.head_dim)?;
+        self.gpu.launch(
+            names::kiln_attention_combine,
+            sh.attention_combine(heads, head_dim, tokens),
+            &[scratch.arg(), out.arg(), pos_d, Arg::U32(heads), Arg::U32(head_dim), Arg::U32(max_ctx)],
         )?;
         Ok(out)
     }
@@ -589,7 +602,7 @@ impl Backend for Cuda {
         run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
     ) -> Result<CudaTensor> {
         let n = tokens.len();
-        let mut step = vec![u32::try_from(pos).map_err(|_| anyhow::anyhow!("position {pos} is too large for the GPU kernels"))?];
+        let mut step = vec![to_u32(pos, "position")?];
         step.extend_from_slice(tokens);
         self.step_arg(0, &step)?;
         let key = (cache.id, n);

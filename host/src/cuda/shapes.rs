@@ -19,7 +19,12 @@ pub trait LaunchShapes: Send + Sync {
     fn argmax(&self, rows: u32) -> Dims;
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
-    fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims;
+    /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
+    fn attention_chunks(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims;
+    /// Split-KV attention pass 2.
+    fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
+    /// f32 scratch between the two attention passes.
+    fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
     fn max_shared_bytes(&self) -> u32;
 }
 
@@ -51,8 +56,14 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)
     }
-    fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims {
-        launch::attention::<P>(heads, n_tokens, max_len)
+    fn attention_chunks(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims {
+        launch::attention_chunks::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
+    }
+    fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
+        launch::attention_combine::<P>(heads, head_dim, n_tokens)
+    }
+    fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
+        launch::attention_scratch::<P>(heads, head_dim, n_tokens, max_ctx)
     }
     fn max_shared_bytes(&self) -> u32 {
         P::MAX_SMEM_PER_BLOCK

@@ -48,11 +48,21 @@ pub fn shfl_idx(v: f32, src: u32) -> f32 {
 
 /// Sum over the 32 lanes of a warp (butterfly: every lane gets the total). All lanes must call.
 #[inline(always)]
-pub fn warp_sum(mut v: f32) -> f32 {
-    let mut m = WARP / 2;
-    while m > 0 {
-        v += shfl_xor(v, m);
-        m /= 2;
+pub fn warp_sum(v: f32) -> f32 {
+    lane_group_sum(v, WARP)
+}
+
+/// Sum within each aligned group of `width` lanes (a power of two ≤ 32): every lane gets its
+/// group's total, `log2(width)` butterfly rounds. All lanes of the warp must call, same `width`.
+/// The rounds are a constant-trip loop with `width` as a guard, so loops around a call still
+/// unroll fully (a run-time-trip loop inside keeps their register arrays in local memory).
+#[inline(always)]
+pub fn lane_group_sum(mut v: f32, width: u32) -> f32 {
+    for round in 0..5 {
+        let m = (WARP / 2) >> round;
+        if m < width {
+            v += shfl_xor(v, m);
+        }
     }
     v
 }

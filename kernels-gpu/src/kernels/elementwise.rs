@@ -107,7 +107,8 @@ pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out
 }
 
 /// Append `n` tokens of K (or V) (`n × kv_heads × head_dim` f32) to an f16 cache laid out
-/// `kv_heads × max_ctx × head_dim`, at positions `*pos ..*pos + n`. Threads: `n × kv_heads × head_dim`.
+/// `kv_heads × max_ctx × head_dim`, at positions `*pos..*pos+n`. Threads: `n × kv_heads × head_dim`.
+/// The position is read on the device so a recorded launch serves every decode step.
 pub unsafe fn kv_store<P: TargetPolicy>(
     src: *const f32,
     cache: *mut u16,
@@ -121,10 +122,9 @@ pub unsafe fn kv_store<P: TargetPolicy>(
     if id >= threads {
         return;
     }
-    let pos0 = unsafe { *pos };
     let d = id % head_dim;
     let h = (id / head_dim) % kv_heads;
     let t = id / (head_dim * kv_heads);
-    let dst = ((h * max_ctx + pos0 + t) * head_dim + d) as usize;
+    let dst = ((h * max_ctx + unsafe { *pos } + t) * head_dim + d) as usize;
     unsafe { *cache.add(dst) = f32_to_f16(*src.add(id as usize)) };
 }

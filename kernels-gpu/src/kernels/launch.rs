@@ -1,6 +1,7 @@
 //! Launch shapes, computed from the same policy constants the kernels are compiled with. The
 //! CUDA runtime and the host grid executor both launch through these, so a kernel and its
 //! launch can never disagree about warps, rows per block or shared memory.
+use crate::kernels::attention;
 use policies::{TargetPolicy, WARP, matvec_rows_per_block};
 
 /// A launch: 2-D grid of 1-D blocks plus dynamic shared memory.
@@ -58,12 +59,28 @@ pub const fn flat<P: TargetPolicy>(threads: u32) -> Dims {
     Dims { grid_x: div_ceil(threads, P::ROW_THREADS), grid_y: 1, block: P::ROW_THREADS, shared_bytes: 0 }
 }
 
-/// Attention: one block per (query head, query token); scores for the longest row in shared memory.
-pub const fn attention<P: TargetPolicy>(n_heads: u32, n_tokens: u32, max_len: u32) -> Dims {
+/// Split-KV attention, pass 1: along x one block per (KV head, split of the cache, slice of the
+/// head group), slices innermost so blocks reading the same K/V rows run together; along y one
+/// per token. Shared memory: the block's per-(warp row, head) partials. Depends on the cache
+/// size, not the position, so a recorded launch replays at every step.
+pub const fn attention_chunks<P: TargetPolicy>(heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims {
+    let (splits, _) = attention::kv_splits::<P>(n_tokens, max_ctx);
+    let (per_block, slices) = attention::head_slices(heads, kv_heads);
     Dims {
-        grid_x: n_heads,
+        grid_x: kv_heads * splits * slices,
         grid_y: n_tokens,
         block: P::ATTN_WARPS * WARP,
-        shared_bytes: (max_len + P::ATTN_WARPS) * 4,
+        shared_bytes: attention::merge_floats(attention::chunk_slots::<P>(head_dim), per_block, head_dim) * 4,
     }
+}
+
+/// Split-KV attention, pass 2: one block per (query head, token); shared memory: one partial per warp.
+pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
+    Dims { grid_x: heads, grid_y: n_tokens, block: P::ATTN_WARPS * WARP, shared_bytes: attention::merge_floats(P::ATTN_WARPS, 1, head_dim) * 4 }
+}
+
+/// f32 scratch the two attention passes exchange: one partial record per (token, query head, split).
+pub const fn attention_scratch<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
+    let (splits, _) = attention::kv_splits::<P>(n_tokens, max_ctx);
+    n_tokens as usize * heads as usize * splits as usize * attention::record_floats(head_dim) as usize
 }
