@@ -231,17 +231,29 @@ impl Backend for Cuda {
         let (rows, cols, n) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?, x.rows as u32);
         match &w.storage {
             Storage::Split { ty, qs, scales } => {
-                let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
                 ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 let xq = self.tensor(x.rows, x.cols / 4)?; // i8 activations, 4 per f32 slot
                 let xds = self.tensor(x.rows, x.cols / 16)?; // (d, d·Σq) per 32-block
                 self.gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(w.cols as u32, n), &[x.arg(), xq.arg(), xds.arg(), cols])?;
-                let k = match ty {
-                    GgmlType::Q4_0 => names::kiln_matvec_q4_0,
-                    GgmlType::Q4_1 => names::kiln_matvec_q4_1,
-                    _ => names::kiln_matvec_q8_0,
-                };
-                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq.arg(), xds.arg(), out.arg(), rows, cols])?;
+                let args = [qs.arg(), scales.arg(), xq.arg(), xds.arg(), out.arg(), rows, cols];
+                // Prefill: the tensor-core GEMM reads the weights once per token tile; the
+                // mat-vec reads them once per token, which only pays for a few tokens.
+                if n >= sh.gemm_min_tokens() {
+                    let (k, qs_words) = match ty {
+                        GgmlType::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS),
+                        GgmlType::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS),
+                        _ => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS),
+                    };
+                    let dims = sh.mma(w.rows as u32, n, qs_words as u32);
+                    self.gpu.launch(k, dims, &[&args[..], &[Arg::U32(n)]].concat())?;
+                } else {
+                    let k = match ty {
+                        GgmlType::Q4_0 => names::kiln_matvec_q4_0,
+                        GgmlType::Q4_1 => names::kiln_matvec_q4_1,
+                        _ => names::kiln_matvec_q8_0,
+                    };
+                    self.gpu.launch(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()), &args)?;
+                }
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
             Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),

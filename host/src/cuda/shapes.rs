@@ -14,6 +14,10 @@ pub trait LaunchShapes: Send + Sync {
     /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
+    /// Quantized GEMM over weights with `qs_words` u32 of quants per block.
+    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims;
+    /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
+    fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     fn attention(&self, heads: u32, n_tokens: u32, max_len: u32) -> Dims;
@@ -34,6 +38,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)
+    }
+    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims {
+        launch::mma::<P>(rows, n, qs_words)
+    }
+    fn gemm_min_tokens(&self) -> u32 {
+        P::GEMM_MIN_TOKENS
     }
     fn per_row(&self, rows: u32) -> Dims {
         launch::per_row::<P>(rows)
