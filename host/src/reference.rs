@@ -83,6 +83,22 @@ pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
 /// `xds`): `y[t][r] = Σ_b d_x·Σ_i (w_i − c)·q_i + c·s`, with `c` from [`q8_1_offset`].
 /// Equal to `matvec(w, q8_activations(..))` when `s = d·Σq` exactly.
 pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32]) -> Vec<f64> {
+    q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| dot + offset)
+}
+
+/// The scale of the f32 rounding in [`matvec_q8_1`]'s value as the kernels compute it, in any
+/// order of summing blocks: `Σ_b` of the magnitudes each block rounds. Q4_0's and Q8_0's block
+/// is one product of an exact integer dot (Q4_0 folds its −8·Σx in exactly), so `|term_b|`;
+/// Q4_1's is the f32 sum of `d_w·d_x·dot` and `m·s`, which may cancel, so both by magnitude.
+pub fn matvec_q8_1_abs(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32]) -> Vec<f64> {
+    match fmt {
+        BlockFormat::Q4_1 => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| dot.abs() + offset.abs()),
+        _ => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| (dot + offset).abs()),
+    }
+}
+
+/// `Σ_b f(d_x·dot_b, offset_b)` per output, the block terms of [`matvec_q8_1`] split in two.
+fn q8_1_block_sums(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32], f: fn(f64, f64) -> f64) -> Vec<f64> {
     let nb = cols / QK;
     let n = xq.len() / cols;
     assert!(cols % QK == 0 && xq.len() == n * cols && xds.len() == 2 * n * nb);
@@ -102,7 +118,7 @@ pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: 
                     BlockFormat::Q4_0 => c * d * q.iter().map(|&v| v as f64).sum::<f64>(),
                     _ => c * s,
                 };
-                acc += d * dot + offset;
+                acc += f(d * dot, offset);
             }
             y.push(acc);
         }

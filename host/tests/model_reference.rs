@@ -432,6 +432,28 @@ fn cuda_backend_ops_match_cpu_backend_in_lockstep() {
     assert!(report.ops > 100, "only {} ops compared", report.ops);
 }
 
+/// Prefill in lockstep: all of `TOKENS` in one forward pass, so the CUDA backend's quantized
+/// matmuls take the tensor-core GEMM (`kernels/mma.rs`) instead of the mat-vec; each op must
+/// agree with the CPU backend's to 1e-5, for every quantized weight format.
+#[test]
+fn cuda_backend_prefill_matches_cpu_backend_in_lockstep() {
+    use kiln_host::backend::cuda::Cuda;
+    use kiln_host::backend::lockstep::Lockstep;
+    use policies::TargetPolicy;
+    const { assert!(TOKENS.len() as u32 >= policies::Hopper::GEMM_MIN_TOKENS, "the prefill must be long enough for the GEMM") };
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let s = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty, ..LLAMA };
+        let (file, _) = build(&s);
+        let lock = Lockstep::new(Cpu::new(), Cuda::host::<policies::Hopper>(), 1e-5);
+        let model = models::load(&lock, &file, &mut |_, _| {}).unwrap();
+        let mut cache = lock.kv_cache(&model.config().kv_spec(32)).unwrap();
+        model.forward(&lock, &mut cache, &TOKENS, 0, Logits::All).unwrap();
+        let report = lock.report();
+        assert!(report.mismatches.is_empty(), "{ty:?}: ops that differ: {:#?}", report.mismatches);
+        assert!(report.ops > 20, "{ty:?}: only {} ops compared", report.ops);
+    }
+}
+
 /// The CPU backend with every RMSNorm output nudged by one part in 10⁷ (about one ulp): a stand-in
 /// for "the same math summed in another order". Used to measure how far 8-bit activation
 /// quantization alone can move logits between two correct implementations.

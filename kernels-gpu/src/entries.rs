@@ -5,7 +5,7 @@
 //! each row becomes a name constant in [`names`], which the CUDA runtime uses to look entries up:
 //! the names and the entries come from the same row, so they cannot drift apart.
 #[allow(unused_imports)]
-use crate::kernels::{attention, elementwise as ew, formats, matvec, norm};
+use crate::kernels::{attention, elementwise as ew, formats, matvec, mma, norm};
 
 /// A kernel argument as a launch passes it: a device address or a scalar, by value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -136,6 +136,9 @@ kernel_table! {
     kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
+    kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
+    kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);

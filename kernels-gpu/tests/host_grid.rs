@@ -184,6 +184,109 @@ fn mma_m16n8k16_matches_a_plain_matrix_product() {
     }
 }
 
+/// `frag_k32` against the PTX ISA's per-element table for m16n8k32 with .s8/.u8 ("Matrix
+/// Fragments for mma.m16n8k32"), spelled here as the ISA spells it: element `i` of a lane's
+/// A fragment (a0..a15, four per register, low byte first) sits at row `groupID` for
+/// `i < 4 || 8 <= i < 12`, else `groupID + 8`, column `threadID_in_group * 4 + (i & 3)` plus 16
+/// for `i >= 8`; B element `i` (b0..b7) at row `threadID_in_group * 4 + (i & 3)` plus 16 for
+/// `i >= 4`, column `groupID`; C element `i` (c0..c3) at row `groupID` (+8 for `i >= 2`),
+/// column `threadID_in_group * 2 + (i & 1)`.
+#[test]
+fn frag_k32_follows_the_ptx_isa_table() {
+    for lane in 0..32u32 {
+        let (group, tig) = (lane >> 2, lane % 4);
+        for i in 0..16u32 {
+            let row = if i < 4 || (8..12).contains(&i) { group } else { group + 8 };
+            let col = tig * 4 + (i & 3) + if i >= 8 { 16 } else { 0 };
+            let (r, k0) = frag_k32::a(lane, i / 4);
+            assert_eq!((r, k0 + i % 4), (row, col), "A lane {lane} element a{i}");
+        }
+        for i in 0..8u32 {
+            let row = tig * 4 + (i & 3) + if i >= 4 { 16 } else { 0 };
+            let (n, k0) = frag_k32::b(lane, i / 4);
+            assert_eq!((k0 + i % 4, n), (row, group), "B lane {lane} element b{i}");
+        }
+        for i in 0..4u32 {
+            let want = (group + if i >= 2 { 8 } else { 0 }, tig * 2 + (i & 1));
+            assert_eq!(frag_k32::c(lane, i), want, "C lane {lane} element c{i}");
+        }
+    }
+}
+
+#[test]
+fn mma_m16n8k32_s8_matches_a_plain_matrix_product() {
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    for round in 0..3 {
+        // Round 0: extremes only (-128 and 127 products, large C): the sums are exact integers
+        // either way, so any misplaced byte shows.
+        let byte = |rng: &mut Rng| if round == 0 { [-128i8, 127, -1, 0][rng.next_u32() as usize % 4] } else { rng.next_u32() as i8 };
+        let a: Vec<i8> = (0..16 * 32).map(|_| byte(&mut rng)).collect(); // A[m][k]
+        let b: Vec<i8> = (0..32 * 8).map(|_| byte(&mut rng)).collect(); // B[k][n]
+        let c: Vec<i32> = (0..16 * 8).map(|_| rng.next_u32() as i32 >> 8).collect(); // C[m][n]
+        let pack = |v: [i8; 4]| u32::from_le_bytes(v.map(|x| x as u8));
+        let d = slots(16 * 8);
+        launch(dims(1, 1, 32, 0), || {
+            let l = lane();
+            let fa = core::array::from_fn(|r| {
+                let (m, k0) = frag_k32::a(l, r as u32);
+                pack(core::array::from_fn(|i| a[m as usize * 32 + k0 as usize + i]))
+            });
+            let fb = core::array::from_fn(|r| {
+                let (n, k0) = frag_k32::b(l, r as u32);
+                pack(core::array::from_fn(|i| b[(k0 as usize + i) * 8 + n as usize]))
+            });
+            let fc = core::array::from_fn(|i| {
+                let (m, n) = frag_k32::c(l, i as u32);
+                c[m as usize * 8 + n as usize]
+            });
+            let r = mma_m16n8k32_s32_s8(fa, fb, fc);
+            for (i, v) in r.into_iter().enumerate() {
+                let (m, n) = frag_k32::c(l, i as u32);
+                d[m as usize * 8 + n as usize].store(v as u32, Ordering::Relaxed);
+            }
+        });
+        for m in 0..16 {
+            for n in 0..8 {
+                let want = c[m * 8 + n] + (0..32).map(|k| a[m * 32 + k] as i32 * b[k * 8 + n] as i32).sum::<i32>();
+                let got = d[m * 8 + n].load(Ordering::Relaxed) as i32;
+                assert_eq!(got, want, "round {round} D[{m}][{n}]");
+            }
+        }
+    }
+}
+
+/// `cp.async` copies land only at a wait that covers their group: reading before the wait sees
+/// the poison (what a missing wait reads on the GPU too, at least sometimes).
+#[test]
+fn cp_async_lands_at_the_covering_wait() {
+    // u128 storage: the copies need 16-byte aligned sources.
+    let mut words = vec![0u128; 4];
+    let src = DevPtr(words.as_mut_ptr() as *mut u32);
+    for i in 0..16 {
+        unsafe { *src.get().add(i) = i as u32 * 7 + 1 };
+    }
+    let seen = slots(4 * 3);
+    launch(dims(1, 1, 32, 64), || {
+        let smem: *mut u32 = shared_mem();
+        if thread_idx() == 0 {
+            for g in 0..3 {
+                unsafe { cp_async_16(smem.add(4 * g), src.get().add(4 * g)) };
+                cp_async_commit();
+            }
+            let word = |i: usize| unsafe { *smem.add(i) };
+            seen[0].store(word(0), Ordering::Relaxed); // nothing waited for
+            cp_async_wait(2);
+            seen[1].store(word(0), Ordering::Relaxed); // group 0 landed
+            seen[2].store(word(4), Ordering::Relaxed); // group 1 still pending
+            cp_async_wait(0);
+            seen[3].store(word(8), Ordering::Relaxed);
+        }
+    });
+    let v: Vec<u32> = seen.iter().take(4).map(|a| a.load(Ordering::Relaxed)).collect();
+    assert!(f32::from_bits(v[0]).is_nan() && f32::from_bits(v[2]).is_nan(), "copies landed before their wait: {v:x?}");
+    assert_eq!((v[1], v[3]), (1, 8 * 7 + 1));
+}
+
 #[test]
 fn dp4a_matches_scalar_bytes() {
     let mut rng = Rng(12345);

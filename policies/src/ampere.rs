@@ -1,4 +1,4 @@
-use crate::{M16N8K16, TargetPolicy};
+use crate::{M16N8K32, TargetPolicy};
 
 /// sm_80 (A100 and the Ampere family; the fallback module for any cc 8.x).
 pub struct Ampere;
@@ -21,12 +21,15 @@ impl TargetPolicy for Ampere {
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     const VECTOR_BYTES: u32 = 16;
 
-    type Mma = M16N8K16;
+    type Mma = M16N8K32;
     const TILE_M: u32 = 64;
     const TILE_N: u32 = 64;
-    const TILE_K: u32 = 32;
+    const TILE_K: u32 = 128;
     const GEMM_WARPS: u32 = 4;
+    const GEMM_WARP_M: u32 = 32;
+    const GEMM_WARP_N: u32 = 32;
     const STAGES: u32 = 2;
+    const GEMM_MIN_TOKENS: u32 = 8;
 
     const ROW_THREADS: u32 = 256;
     const ATTN_WARPS: u32 = 4;

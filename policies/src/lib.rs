@@ -34,6 +34,15 @@ impl MmaShape for M16N8K16 {
     const K: u32 = 16;
 }
 
+/// `mma.sync.aligned.m16n8k32` (s8/u8 inputs, s32 accumulators): sm_80 and later. K = 32 is one
+/// GGUF quant block, which is why the quantized GEMM is built on it.
+pub struct M16N8K32;
+impl MmaShape for M16N8K32 {
+    const M: u32 = 16;
+    const N: u32 = 8;
+    const K: u32 = 32;
+}
+
 /// Everything a kernel or a launch needs to know about one GPU target.
 pub trait TargetPolicy: 'static {
     /// Short name, also the PTX module's name (`sm_90`).
@@ -64,13 +73,26 @@ pub trait TargetPolicy: 'static {
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
-    // --- tiled matrix-matrix (prefill) -------------------------------------------------------
+    // --- tiled matrix-matrix (prefill): `kernels/mma.rs` ---------------------------------------
+    /// The tensor-core instruction the quantized GEMM is built on.
     type Mma: MmaShape;
+    /// Weight rows per block.
     const TILE_M: u32;
+    /// Tokens per block.
     const TILE_N: u32;
+    /// Elements of the reduction one pipeline stage holds (whole 32-element quant blocks).
     const TILE_K: u32;
+    /// Warps per block; they split the block tile into `GEMM_WARP_M × GEMM_WARP_N` warp tiles.
     const GEMM_WARPS: u32;
+    /// Weight rows and tokens of one warp's tile (multiples of the mma's M and N).
+    const GEMM_WARP_M: u32;
+    const GEMM_WARP_N: u32;
+    /// Shared-memory stages of the `cp.async` pipeline (loads run `STAGES - 1` tiles ahead).
     const STAGES: u32;
+    /// Fewest tokens for which the host picks the GEMM over the mat-vec. Below it the GEMM's
+    /// grid (rows / TILE_M blocks) is too small to draw full bandwidth and most of its token
+    /// columns are padding, while re-reading the weights once per token costs little.
+    const GEMM_MIN_TOKENS: u32;
 
     // --- row kernels (norms, softmax) and attention -----------------------------------------
     /// Threads per block for one-row-per-block kernels.
@@ -103,7 +125,15 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::TILE_N % P::Mma::N == 0);
     assert!(P::TILE_K % P::Mma::K == 0);
     assert!(!P::HAS_WGMMA || P::MIN_CC >= 90);
-    assert!(P::STAGES >= 1);
+    assert!(P::TILE_K % 32 == 0, "a stage holds whole quant blocks");
+    assert!(P::TILE_M % P::GEMM_WARP_M == 0 && P::TILE_N % P::GEMM_WARP_N == 0);
+    assert!((P::TILE_M / P::GEMM_WARP_M) * (P::TILE_N / P::GEMM_WARP_N) == P::GEMM_WARPS);
+    assert!(P::GEMM_WARP_M % P::Mma::M == 0 && P::GEMM_WARP_N % P::Mma::N == 0);
+    // The GEMM instantiates these warp tiles (`kernels/mma.rs`: fragment arrays are sized at
+    // compile time).
+    assert!(matches!(P::GEMM_WARP_M / P::Mma::M, 1 | 2 | 4) && matches!(P::GEMM_WARP_N / P::Mma::N, 2 | 4 | 8));
+    assert!(P::STAGES >= 2, "the GEMM pipeline overlaps at least one load with compute");
+    assert!(P::GEMM_MIN_TOKENS >= 2);
     assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
     assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));
 }

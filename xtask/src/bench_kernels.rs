@@ -38,6 +38,23 @@ struct Case {
     max_rel_err: f64,
 }
 
+/// One prefill GEMM shape: the tensor-core kernel against the mat-vec launched once per token
+/// (the path prefill took before the GEMM).
+#[derive(Serialize)]
+struct GemmCase {
+    kernel: String,
+    tokens: usize,
+    rows: usize,
+    cols: usize,
+    median_us: f64,
+    p95_us: f64,
+    /// 2·tokens·rows·cols over the median time.
+    tflops: f64,
+    matvec_us: f64,
+    speedup: f64,
+    max_rel_err: f64,
+}
+
 #[derive(Serialize)]
 struct Report {
     device: String,
@@ -45,6 +62,7 @@ struct Report {
     commit: String,
     copy_gbps: f64,
     cases: Vec<Case>,
+    gemm: Vec<GemmCase>,
 }
 
 /// Copy bandwidth: 1 GiB device-to-device, bytes read + written over median time.
@@ -178,6 +196,78 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
     })
 }
 
+/// The tensor-core GEMM for `tokens` activation rows: checked on sampled outputs against float64
+/// over the exact quantized activations, then timed (weights stay in L2 across launches, as
+/// they would not in a model; at these sizes the GEMM is arithmetic-bound either way).
+fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize, cols: usize, iters: usize, rng: &mut StdRng) -> Result<GemmCase> {
+    let w = random_split::<F>(gpu, rows, cols, 1, rng)?;
+    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let xd = gpu.upload(&x)?;
+    let xq = gpu.alloc::<i8>(tokens * cols)?;
+    let xds = gpu.alloc::<f32>(tokens * cols / 16)?;
+    let y = gpu.alloc::<f32>(tokens * rows)?;
+    let sh = gpu.shapes();
+    let (t32, r32, c32) = (tokens as u32, rows as u32, cols as u32);
+    gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(c32, t32), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)])?;
+    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32)];
+    let gemm_args = [&args[..], &[Arg::U32(t32)]].concat();
+    let gemm = match F::GGUF_BYTES {
+        18 => names::kiln_mma_q4_0,
+        20 => names::kiln_mma_q4_1,
+        _ => names::kiln_mma_q8_0,
+    };
+    let matvec = kernel_name::<F>();
+    let gemm_dims = sh.mma(r32, t32, F::QS_WORDS as u32);
+    gpu.launch(gemm, gemm_dims, &gemm_args)?;
+    gpu.synchronize()?;
+    let (got, q, s) = (gpu.download(&y)?, gpu.download(&xq)?, gpu.download(&xds)?);
+    let nb = cols / 32;
+    let mut max_rel = 0f64;
+    for (t, row) in (0..97).map(|i| ((i * 7919) % tokens, (i * 104_729) % rows)).chain([(tokens - 1, rows - 1)]) {
+        let (mut acc, mut mag) = (0f64, 0f64);
+        for b in 0..nb {
+            let blk = row * nb + b;
+            let (qs, sc) = (&w.host_qs[blk * F::QS_WORDS * 4..], &w.host_scales[blk * F::SCALE_BYTES..]);
+            for i in 0..32 {
+                let wv = F::element(qs.as_ptr(), sc.as_ptr(), i) as f64;
+                let xv = q[t * cols + b * 32 + i] as f64 * s[2 * (t * nb + b)] as f64;
+                acc += wv * xv;
+                mag += (wv * xv).abs();
+            }
+        }
+        let rel = (got[t * rows + row] as f64 - acc).abs() / mag.max(1e-30);
+        max_rel = if rel.is_nan() { f64::NAN } else { max_rel.max(rel) };
+    }
+    if !(max_rel <= 1e-4) {
+        bail!("{label} {tokens}x{rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})");
+    }
+    let time = |launch: &dyn Fn() -> Result<()>| -> Result<(f64, f64)> {
+        for _ in 0..5 {
+            launch()?;
+        }
+        let mut t = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            t.push(gpu.time_ms(launch)? as f64 * 1e3);
+        }
+        Ok((percentile(&mut t, 0.5), percentile(&mut t, 0.95)))
+    };
+    let (median, p95) = time(&|| gpu.launch(gemm, gemm_dims, &gemm_args))?;
+    let mv_dims = sh.matvec_resident(r32, t32, gpu.sm_count());
+    let (matvec_us, _) = time(&|| gpu.launch(matvec, mv_dims, &args))?;
+    Ok(GemmCase {
+        kernel: label.into(),
+        tokens,
+        rows,
+        cols,
+        median_us: median,
+        p95_us: p95,
+        tflops: 2.0 * (tokens * rows * cols) as f64 / (median * 1e-6) / 1e12,
+        matvec_us,
+        speedup: matvec_us / median,
+        max_rel_err: max_rel,
+    })
+}
+
 fn kernel_name<F: SplitFormat>() -> &'static str {
     match F::GGUF_BYTES {
         18 => names::kiln_matvec_q4_0,
@@ -199,6 +289,12 @@ pub fn run(a: Args) -> Result<()> {
         cases.push(bench_matvec::<formats::Q8_0>(&gpu, "matvec_q8_0", rows, cols, a.iters, copy_gbps, &mut rng)?);
         cases.push(bench_matvec::<formats::Q4_1>(&gpu, "matvec_q4_1", rows, cols, a.iters, copy_gbps, &mut rng)?);
     }
+    let mut gemm = Vec::new();
+    for (tokens, rows, cols) in [(512, 4096, 4096), (512, 12288, 4096), (512, 4096, 12288)] {
+        gemm.push(bench_gemm::<formats::Q4_0>(&gpu, "mma_q4_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
+        gemm.push(bench_gemm::<formats::Q8_0>(&gpu, "mma_q8_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
+        gemm.push(bench_gemm::<formats::Q4_1>(&gpu, "mma_q4_1", tokens, rows, cols, a.iters / 4, &mut rng)?);
+    }
     println!("| kernel | rows×cols | MB | median µs | p95 µs | GB/s | % copy | floor µs | max rel err |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for c in &cases {
@@ -207,7 +303,16 @@ pub fn run(a: Args) -> Result<()> {
             c.kernel, c.rows, c.cols, c.bytes as f64 / 1e6, c.median_us, c.p95_us, c.gbps, c.pct_of_copy, c.floor_us, c.max_rel_err
         );
     }
-    let report = Report { device: gpu.name().into(), module: gpu.module_name().into(), commit, copy_gbps, cases };
+    println!();
+    println!("| kernel | tokens×rows×cols | median µs | p95 µs | TFLOP/s | mat-vec ×tokens µs | speedup | max rel err |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for c in &gemm {
+        println!(
+            "| {} | {}×{}×{} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.1e} |",
+            c.kernel, c.tokens, c.rows, c.cols, c.median_us, c.p95_us, c.tflops, c.matvec_us, c.speedup, c.max_rel_err
+        );
+    }
+    let report = Report { device: gpu.name().into(), module: gpu.module_name().into(), commit, copy_gbps, cases, gemm };
     if let Some(p) = a.json {
         std::fs::write(&p, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
     }

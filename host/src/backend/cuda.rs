@@ -369,14 +369,27 @@ impl Backend for Cuda {
                 self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols])?;
             }
             Storage::Split { ty, qs, scales } => {
-                let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
                 ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 let k = match ty {
                     GgmlType::Q4_0 => names::kiln_matvec_q4_0,
                     GgmlType::Q4_1 => names::kiln_matvec_q4_1,
                     _ => names::kiln_matvec_q8_0,
                 };
-                self.with_q8(x, |xq, xds| self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols]))?;
+                // Prefill: the tensor-core GEMM reads the weights once per token tile; the
+                // mat-vec reads them once per token, which only pays for a few tokens.
+                let gemm = match ty {
+                    _ if n < sh.gemm_min_tokens() => None,
+                    GgmlType::Q4_0 => Some((names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS)),
+                    GgmlType::Q4_1 => Some((names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS)),
+                    _ => Some((names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS)),
+                };
+                self.with_q8(x, |xq, xds| match gemm {
+                    Some((g, qs_words)) => {
+                        let dims = sh.mma(w.rows as u32, n, qs_words as u32);
+                        self.gpu.launch(g, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(n)])
+                    }
+                    None => self.gpu.launch(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols]),
+                })?;
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
             Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),

@@ -17,6 +17,10 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
     fn argmax(&self, rows: u32) -> Dims;
+    /// Quantized GEMM over weights with `qs_words` u32 of quants per block.
+    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims;
+    /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
+    fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
@@ -49,6 +53,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)
+    }
+    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims {
+        launch::mma::<P>(rows, n, qs_words)
+    }
+    fn gemm_min_tokens(&self) -> u32 {
+        P::GEMM_MIN_TOKENS
     }
     fn per_row(&self, rows: u32) -> Dims {
         launch::per_row::<P>(rows)

@@ -136,6 +136,11 @@ struct Ctx {
 
 std::thread_local! {
     static CTX: Cell<Option<Ctx>> = const { Cell::new(None) };
+    /// This thread's `cp.async` copies (dst, src addresses): committed groups, oldest first,
+    /// then the open one. They land only at a `cp_async_wait` that covers them, so a kernel
+    /// that reads shared memory before waiting reads the poison.
+    static CP_ASYNC: std::cell::RefCell<(Vec<Vec<(usize, usize)>>, Vec<(usize, usize)>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 fn ctx() -> Ctx {
@@ -183,6 +188,9 @@ pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, 
                         for bx in 0..dims.grid_x {
                             CTX.with(|c| c.set(Some(Ctx { block: b, tid, bx, by, dims })));
                             kernel();
+                            // Copies never waited for die with the block (as on the GPU, where
+                            // nothing could read them afterwards).
+                            CP_ASYNC.with(|q| *q.borrow_mut() = (Vec::new(), Vec::new()));
                             // Blocks run in sequence: nobody starts block n+1 before all left n.
                             blk_ref.barrier.wait(blk_ref, Site::EndOfBlock);
                         }
@@ -329,6 +337,61 @@ pub fn mma_m16n8k16_f32_f16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
         c[2] + dot(g + 8, 2 * t),
         c[3] + dot(g + 8, 2 * t + 1),
     ]
+}
+
+/// The PTX ISA's m16n8k32 s8 semantics: D = A·B + C with 32-bit wrapping adds, the fragments
+/// placed by [`crate::device::frag_k32`] (the mapping the kernels load by).
+pub fn mma_m16n8k32_s32_s8(a: [u32; 4], b: [u32; 2], c: [i32; 4]) -> [i32; 4] {
+    use crate::device::frag_k32;
+    let all = warp_exchange([a[0], a[1], a[2], a[3], b[0], b[1]]);
+    let mut am = [[0i32; 32]; 16];
+    let mut bm = [[0i32; 8]; 32]; // bm[k][n]
+    for (lane, f) in all.iter().enumerate() {
+        for r in 0..4 {
+            let (row, k0) = frag_k32::a(lane as u32, r);
+            for (i, byte) in f[r as usize].to_le_bytes().into_iter().enumerate() {
+                am[row as usize][k0 as usize + i] = byte as i8 as i32;
+            }
+        }
+        for r in 0..2 {
+            let (n, k0) = frag_k32::b(lane as u32, r);
+            for (i, byte) in f[4 + r as usize].to_le_bytes().into_iter().enumerate() {
+                bm[k0 as usize + i][n as usize] = byte as i8 as i32;
+            }
+        }
+    }
+    let lane = (ctx().tid as usize % WARP) as u32;
+    core::array::from_fn(|i| {
+        let (m, n) = frag_k32::c(lane, i as u32);
+        (0..32).fold(c[i], |acc, k| acc.wrapping_add(am[m as usize][k] * bm[k][n as usize]))
+    })
+}
+
+/// Queues the copy in this thread's open group; see `CP_ASYNC`.
+pub unsafe fn cp_async_16(dst: *mut u32, src: *const u32) {
+    assert!(dst as usize % 16 == 0 && src as usize % 16 == 0, "cp_async_16: {dst:p} <- {src:p} not 16-byte aligned");
+    let smem = block().smem.as_ptr_range();
+    assert!(smem.contains(&(dst as *const u128)), "cp_async_16: destination {dst:p} is not in shared memory");
+    CP_ASYNC.with(|q| q.borrow_mut().1.push((dst as usize, src as usize)));
+}
+
+pub fn cp_async_commit() {
+    CP_ASYNC.with(|q| {
+        let (groups, open) = &mut *q.borrow_mut();
+        groups.push(core::mem::take(open));
+    });
+}
+
+/// Performs the oldest committed groups until at most `pending` remain.
+pub fn cp_async_wait(pending: u32) {
+    CP_ASYNC.with(|q| {
+        let groups = &mut q.borrow_mut().0;
+        while groups.len() > pending as usize {
+            for (dst, src) in groups.remove(0) {
+                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, 16) };
+            }
+        }
+    });
 }
 
 pub fn exp2(x: f32) -> f32 {

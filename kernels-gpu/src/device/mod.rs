@@ -16,11 +16,60 @@ pub mod nvptx;
 use nvptx as imp;
 
 pub use imp::{
-    block_dim, block_idx, block_idx_y, dp4a_s32, grid_dim, grid_dim_y, ld_nc_v4, mma_m16n8k16_f32_f16, shared_mem,
-    round_half_away_to_i32, round_to_i32, shfl_idx_u32, shfl_xor_u32, sync_threads, thread_idx,
+    block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait, dp4a_s32, grid_dim, grid_dim_y, ld_nc_v4,
+    mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32,
+    sync_threads, thread_idx,
 };
 
 pub const WARP: u32 = policies::WARP;
+
+/// Fragment layout of `mma.m16n8k32` with 8-bit inputs (PTX ISA, "Matrix Fragments for
+/// mma.m16n8k32"): which matrix elements lane `lane` holds. Every 32-bit A or B register packs
+/// four consecutive k, lowest k in the lowest byte. The host emulation assembles its matrices
+/// with these functions and the kernels pick the words they load with them, so the two cannot
+/// disagree; `kernels-gpu/tests/host_grid.rs` checks them against the ISA's per-element table.
+pub mod frag_k32 {
+    /// A (16×32, `.row`): register `r` (0..4) holds row `.0`, k `.1 .. .1 + 4`.
+    #[inline(always)]
+    pub const fn a(lane: u32, r: u32) -> (u32, u32) {
+        (lane / 4 + 8 * (r % 2), 4 * (lane % 4) + 16 * (r / 2))
+    }
+    /// B (32×8, `.col`): register `r` (0..2) holds column (token) `.0`, k `.1 .. .1 + 4`.
+    #[inline(always)]
+    pub const fn b(lane: u32, r: u32) -> (u32, u32) {
+        (lane / 4, 4 * (lane % 4) + 16 * r)
+    }
+    /// C/D (16×8 s32): element `i` (0..4) is at (row, column).
+    #[inline(always)]
+    pub const fn c(lane: u32, i: u32) -> (u32, u32) {
+        (lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2)
+    }
+}
+
+/// `f(0), f(1), …, f(N − 1)` as straight-line code. For loops whose index selects an element of
+/// a register array (accumulators, fragments): LLVM's unroller declines large bodies, and a
+/// loop that stays rolled indexes the array at run time, which puts it in local memory.
+#[inline(always)]
+pub fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
+    macro_rules! calls {
+        ($($n:literal: [$($i:literal)*])*) => {
+            match N {
+                $($n => { $(f($i);)* })*
+                _ => {
+                    let mut i = 0;
+                    while i < N {
+                        f(i);
+                        i += 1;
+                    }
+                }
+            }
+        };
+    }
+    calls! {
+        1: [0] 2: [0 1] 3: [0 1 2] 4: [0 1 2 3] 5: [0 1 2 3 4] 6: [0 1 2 3 4 5] 7: [0 1 2 3 4 5 6]
+        8: [0 1 2 3 4 5 6 7]
+    }
+}
 
 /// Lane of the calling thread within its warp.
 #[inline(always)]

@@ -92,6 +92,62 @@ pub fn mma_m16n8k16_f32_f16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     d
 }
 
+/// `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32` (sm_80+, PTX 7.0): D = A·B + C exactly
+/// (32-bit wrapping adds). Fragments as [`crate::device::frag_k32`] maps them: A 4×b32, B 2×b32
+/// (four s8 each), C/D 4×s32. Every lane of the warp must execute it.
+#[inline(always)]
+pub fn mma_m16n8k32_s32_s8(a: [u32; 4], b: [u32; 2], c: [i32; 4]) -> [i32; 4] {
+    let (d0, d1, d2, d3): (i32, i32, i32, i32);
+    unsafe {
+        asm!("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+             d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+             a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+             b0 = in(reg32) b[0], b1 = in(reg32) b[1],
+             c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+             options(pure, nomem, nostack));
+    }
+    [d0, d1, d2, d3]
+}
+
+/// `cp.async.cg.shared.global [dst], [src], 16` (sm_80+, PTX 7.0): start copying 16 bytes from
+/// global to shared memory without holding registers; complete only after a
+/// [`cp_async_commit`] and a [`cp_async_wait`] that covers its group. `dst` is a generic
+/// pointer into the block's shared memory, converted to a `.shared` address here.
+///
+/// # Safety
+/// `dst` (shared) and `src` (global) must be valid and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: *mut u32, src: *const u32) {
+    unsafe {
+        asm!("{{ .reg .u64 t; .reg .u32 s; cvta.to.shared.u64 t, {d}; cvt.u32.u64 s, t; cp.async.cg.shared.global [s], [{p}], 16; }}",
+             d = in(reg64) dst, p = in(reg64) src, options(nostack));
+    }
+}
+
+/// `cp.async.commit_group`: close the group of copies this thread issued since the last commit.
+#[inline(always)]
+pub fn cp_async_commit() {
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.wait_group n`: wait until at most `pending` of this thread's committed groups are
+/// still in flight. `pending` must be a compile-time constant: it becomes the immediate (above 5,
+/// waiting for every group is the safe reading).
+#[inline(always)]
+pub fn cp_async_wait(pending: u32) {
+    unsafe {
+        match pending {
+            0 => asm!("cp.async.wait_group 0;", options(nostack)),
+            1 => asm!("cp.async.wait_group 1;", options(nostack)),
+            2 => asm!("cp.async.wait_group 2;", options(nostack)),
+            3 => asm!("cp.async.wait_group 3;", options(nostack)),
+            4 => asm!("cp.async.wait_group 4;", options(nostack)),
+            5 => asm!("cp.async.wait_group 5;", options(nostack)),
+            _ => asm!("cp.async.wait_group 0;", options(nostack)),
+        }
+    }
+}
+
 /// `ex2.approx.ftz.f32`.
 #[inline(always)]
 pub fn exp2(x: f32) -> f32 {

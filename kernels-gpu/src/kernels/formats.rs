@@ -24,8 +24,31 @@ pub trait SplitFormat: 'static {
     const GGUF_BYTES: usize;
 
     /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used) with one activation
-    /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq).
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32;
+    /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq): the exact integer dot of
+    /// [`codes4`](Self::codes4) with `xq`, then [`scale_dot`](Self::scale_dot).
+    #[inline(always)]
+    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+        Self::scale_dot(Self::scales(scale), Self::int_dot(qs, xq), xd, xs)
+    }
+
+    /// Σ codes·xq over one block, exact (`dp4a`).
+    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32;
+
+    /// The block's scale data as f32: `[d, m]` (`m` = 0 for formats without one).
+    fn scales(scale: *const u8) -> [f32; 2];
+
+    /// The float part of a block dot, from the exact integer dot `dot` of the codes with the
+    /// activation codes. The mat-vec and the GEMM both finish every block with this, so they
+    /// agree up to the order in which blocks are summed.
+    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, xs: f32) -> f32;
+
+    /// The quant word (0..QS_WORDS) holding elements `k0..k0+4` (`k0 % 4 == 0`).
+    fn code_word(k0: u32) -> u32;
+
+    /// Elements `k0..k0+4` of a block as four s8 codes (lowest k in the lowest byte), from their
+    /// quant word `word` ([`code_word`](Self::code_word)): the integer operand of a
+    /// tensor-core block dot.
+    fn codes4(word: u32, k0: u32) -> u32;
 
     /// Element `i` (0..32) of a block, dequantized.
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
@@ -79,10 +102,17 @@ fn nibble(qs: *const u8, i: usize) -> f32 {
     (if i < 16 { b & 0xf } else { b >> 4 }) as f32
 }
 
-/// Q4_0: value = d·(q − 8). The offset uses the exact integer Σx of the activation block (four
-/// more `dp4a`), not the f16-rounded `d·Σq`, so the result is the CPU backend's
-/// `d_w·d_x·Σ(q−8)·x` up to float rounding: the −8·Σx term is large and nearly cancels, so a
-/// rounded sum would cost ~1e-2 relative error.
+/// Low (`k0 < 16`) or high nibbles of a 4-bit block's quant word, one per byte: elements
+/// `k0..k0+4` in llama.cpp's Q4 order.
+#[inline(always)]
+fn nibbles4(word: u32, k0: u32) -> u32 {
+    (if k0 < 16 { word } else { word >> 4 }) & 0x0f0f_0f0f
+}
+
+/// Q4_0: value = d·(q − 8). Its codes are q − 8 (s8), so the integer dot already holds the
+/// −8·Σx term exactly; the mat-vec gets the same integer from the raw nibbles and the exact
+/// Σx (four more `dp4a`). Using the f16-rounded `d·Σq` instead would cost ~1e-2 relative
+/// error: the −8·Σx term is large and nearly cancels.
 pub struct Q4_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_0 {
@@ -90,14 +120,32 @@ impl SplitFormat for Q4_0 {
     const SCALE_BYTES: usize = 2;
     const GGUF_BYTES: usize = 18;
     #[inline(always)]
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, _xs: f32) -> f32 {
+    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
         let mut sum_x = 0;
         let mut w = 0;
         while w < 8 {
             sum_x = dp4a_s32(0x0101_0101, xq[w], sum_x);
             w += 1;
         }
-        half_at(scale) * (xd * (nibble_dot(qs, xq) - 8 * sum_x) as f32)
+        nibble_dot(qs, xq) - 8 * sum_x
+    }
+    #[inline(always)]
+    fn scales(scale: *const u8) -> [f32; 2] {
+        [half_at(scale), 0.0]
+    }
+    #[inline(always)]
+    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, _xs: f32) -> f32 {
+        w[0] * (xd * dot as f32)
+    }
+    #[inline(always)]
+    fn code_word(k0: u32) -> u32 {
+        (k0 % 16) / 4
+    }
+    #[inline(always)]
+    fn codes4(word: u32, k0: u32) -> u32 {
+        // Per byte q − 8 without borrows between bytes: set each byte's top bit (q | 0x80 ≥ 8),
+        // subtract 8, flip the top bit back: (128 + q − 8) ^ 128 ≡ q − 8 (mod 256).
+        ((nibbles4(word, k0) | 0x8080_8080) - 0x0808_0808) ^ 0x8080_8080
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
@@ -118,9 +166,24 @@ impl SplitFormat for Q4_1 {
     const SCALE_BYTES: usize = 4;
     const GGUF_BYTES: usize = 20;
     #[inline(always)]
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
-        let (d, m) = (half_at(scale), half_at(unsafe { scale.add(2) }));
-        d * xd * nibble_dot(qs, xq) as f32 + m * xs
+    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+        nibble_dot(qs, xq)
+    }
+    #[inline(always)]
+    fn scales(scale: *const u8) -> [f32; 2] {
+        [half_at(scale), half_at(unsafe { scale.add(2) })]
+    }
+    #[inline(always)]
+    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, xs: f32) -> f32 {
+        w[0] * xd * dot as f32 + w[1] * xs
+    }
+    #[inline(always)]
+    fn code_word(k0: u32) -> u32 {
+        (k0 % 16) / 4
+    }
+    #[inline(always)]
+    fn codes4(word: u32, k0: u32) -> u32 {
+        nibbles4(word, k0)
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
@@ -141,14 +204,30 @@ impl SplitFormat for Q8_0 {
     const SCALE_BYTES: usize = 2;
     const GGUF_BYTES: usize = 34;
     #[inline(always)]
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, _xs: f32) -> f32 {
+    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
         let mut s = 0;
         let mut w = 0;
         while w < 8 {
             s = dp4a_s32(qs[w], xq[w], s);
             w += 1;
         }
-        half_at(scale) * xd * s as f32
+        s
+    }
+    #[inline(always)]
+    fn scales(scale: *const u8) -> [f32; 2] {
+        [half_at(scale), 0.0]
+    }
+    #[inline(always)]
+    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, _xs: f32) -> f32 {
+        w[0] * xd * dot as f32
+    }
+    #[inline(always)]
+    fn code_word(k0: u32) -> u32 {
+        k0 / 4
+    }
+    #[inline(always)]
+    fn codes4(word: u32, _k0: u32) -> u32 {
+        word
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {

@@ -9,4 +9,5 @@ pub mod elementwise;
 pub mod formats;
 pub mod launch;
 pub mod matvec;
+pub mod mma;
 pub mod norm;
