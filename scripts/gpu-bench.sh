@@ -3,7 +3,7 @@
 # against llama.cpp's llama-bench on synthetic files generated there. Carried in (see
 # scripts/gpu-pack.sh `bench`): .gpu/{kiln,xtask}.xz, .gpu/COMMIT and .llama/llama-bench.xz.part*
 # (built by scripts/build-llama-cpp.sh). Arguments: the presets to measure, each
-# `preset:quant` (default: qwen3-0.6b:q4_0 qwen3-8b:q4_0). Env: REPS (default 3).
+# `preset:quant` (default: qwen3-0.6b:q4_0 qwen3-8b:q4_0 qwen3-8b:q8_0). Env: REPS (default 3).
 set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT" /tmp/kb /tmp/m
@@ -13,7 +13,7 @@ export KILN_COMMIT=$(cat .gpu/COMMIT) LLAMA_BENCH=/tmp/kb/llama-bench
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/smi.txt"
 echo "commit $KILN_COMMIT"
 models=()
-for spec in "${@:-qwen3-0.6b:q4_0 qwen3-8b:q4_0}"; do
+for spec in "${@:-qwen3-0.6b:q4_0 qwen3-8b:q4_0 qwen3-8b:q8_0}"; do
   for s in $spec; do
     f=/tmp/m/${s%%:*}-${s##*:}.gguf
     [ -f "$f" ] || { /usr/bin/time -f "gen-model $s: %e s" /tmp/kb/xtask gen-model --preset "${s%%:*}" --quant "${s##*:}" --out "$f" 2>&1 | tail -2; }

@@ -6,10 +6,13 @@
 #   model   CUDA vs CPU greedy generation on SmolLM2 (model reassembled from .gpu_a/.gpu_b parts)
 #   compare CPU vs CUDA logits at every position (xtask compare-backends)
 set -uo pipefail
-G=.gpu
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"
-COMMIT=$(cat $G/COMMIT 2>/dev/null || echo unknown)
+COMMIT=$(cat .gpu/COMMIT 2>/dev/null || echo unknown)
+# The binaries travel xz-compressed (scripts/gpu-pack.sh): unpack them once per call.
+G=/tmp/kiln-bin
+rm -rf $G && mkdir -p $G/tests
+for f in $(cd .gpu 2>/dev/null && find . -name '*.xz'); do xz -dc ".gpu/$f" > "$G/${f%.xz}" && chmod +x "$G/${f%.xz}"; done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/smi.txt"
 echo "commit $COMMIT"
 
@@ -30,11 +33,13 @@ for step in "$@"; do
       echo "== SmolLM2 CUDA vs CPU"
       M=/tmp/smollm2.gguf
       # The model travels in two calls (64 MiB per call): part a is cached in /tmp by `cache-a`.
-      [ -f .gpu_b/model.part_b ] && cat /tmp/smollm2.part_a .gpu_b/model.part_b > $M
+      [ -f .gpu/model.part_b ] && cat /tmp/smollm2.part_a .gpu/model.part_b > $M
       sha256sum $M | tee "$OUT/model_sha.txt"
+      for mode in "" --f32-activations; do
+      echo "-- mode: ${mode:-default (Q8_1 activations)}" | tee -a "$OUT/agreement.txt"
       for p in "The capital of France is" "def fibonacci(n):" "Once upon a time, in a small village," "The three primary colors are"; do
         for d in cpu cuda; do
-          $G/kiln generate -m $M -p "$p" -n 32 --temp 0 --device $d --json > "$OUT/gen_$d.json" 2> "$OUT/gen_$d.err" || { echo "$d failed:"; cat "$OUT/gen_$d.err"; }
+          $G/kiln generate -m $M -p "$p" -n 32 --temp 0 --device $d $mode --json > "$OUT/gen_$d.json" 2> "$OUT/gen_$d.err" || { echo "$d failed:"; cat "$OUT/gen_$d.err"; }
         done
         python3 - "$OUT/gen_cpu.json" "$OUT/gen_cuda.json" "$p" <<'PY' | tee -a "$OUT/agreement.txt"
 import json, sys
@@ -50,14 +55,18 @@ print("  cuda:", repr(b.get("completion"))[:200])
 print("  timings cpu:", a.get("timings"), " cuda:", b.get("timings"))
 PY
       done
+      done
       tail -2 "$OUT/gen_cuda.err"
       ;;
     compare)
       echo "== CPU vs CUDA logits (teacher-forced), SmolLM2"
       M=/tmp/smollm2.gguf
-      [ -f .gpu_b/model.part_b ] && cat /tmp/smollm2.part_a .gpu_b/model.part_b > $M
-      $G/xtask compare-backends --lockstep 1e-3 -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
-        -p "Once upon a time, in a small village," -p "The three primary colors are" 2>&1 | tee "$OUT/compare.txt"
+      [ -f .gpu/model.part_b ] && cat /tmp/smollm2.part_a .gpu/model.part_b > $M
+      for mode in "" --f32-activations; do
+        echo "-- mode: ${mode:-default (Q8_1 activations)}"
+        $G/xtask compare-backends --lockstep 1e-3 $mode -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
+          -p "Once upon a time, in a small village," -p "The three primary colors are" 2>&1 | grep -v "rel err by position"
+      done 2>&1 | tee "$OUT/compare.txt"
       ;;
     cache-a)
       cp .gpu_a/model.part_a /tmp/smollm2.part_a && echo "part a cached"
