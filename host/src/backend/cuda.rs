@@ -231,7 +231,7 @@ impl Backend for Cuda {
         let (rows, cols, n) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?, x.rows as u32);
         match &w.storage {
             Storage::Split { ty, qs, scales } => {
-                ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
+                ensure!(w.cols.is_multiple_of(32), "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 let xq = self.tensor(x.rows, x.cols / 4)?; // i8 activations, 4 per f32 slot
                 let xds = self.tensor(x.rows, x.cols / 16)?; // (d, d·Σq) per 32-block
                 self.gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(w.cols as u32, n), &[x.arg(), xq.arg(), xds.arg(), cols])?;
