@@ -8,7 +8,7 @@ mod common;
 use common::data::{Gen, length, seed};
 use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
-use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
+use kernels_gpu::kernels::formats::{self, SplitFormat};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -39,27 +39,12 @@ fn entries(fmt: BlockFormat) -> (&'static str, &'static str, u32) {
     }
 }
 
-/// GGUF blocks → the split planes the GPU keeps.
-fn split(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
-    fn go<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
-        let (qb, sb) = split_plane_bytes::<F>(rows, cols);
-        let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
-        assert!(split_gguf_blocks::<F>(gguf, rows, cols, &mut qs, &mut sc));
-        (qs, sc)
-    }
-    match fmt {
-        BlockFormat::Q4_0 => go::<formats::Q4_0>(gguf, rows, cols),
-        BlockFormat::Q4_1 => go::<formats::Q4_1>(gguf, rows, cols),
-        BlockFormat::Q8_0 => go::<formats::Q8_0>(gguf, rows, cols),
-    }
-}
-
 fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
     let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
-    let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+    let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
 
     let x_b = upload(dev, &x);
     let xq_b = poisoned::<i8>(dev, n * cols, 0x80);

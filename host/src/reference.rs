@@ -101,7 +101,7 @@ pub fn matvec_q8_1_abs(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, 
 fn q8_1_block_sums(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32], f: fn(f64, f64) -> f64) -> Vec<f64> {
     let nb = cols / QK;
     let n = xq.len() / cols;
-    assert!(cols % QK == 0 && xq.len() == n * cols && xds.len() == 2 * n * nb);
+    assert!(cols.is_multiple_of(QK) && xq.len() == n * cols && xds.len() == 2 * n * nb);
     let blocks: Vec<&[u8]> = gguf.chunks_exact(fmt.block_bytes()).collect();
     assert_eq!(blocks.len(), rows * nb);
     let mut y = Vec::with_capacity(n * rows);

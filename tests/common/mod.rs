@@ -224,6 +224,22 @@ macro_rules! kernel_properties {
     )*};
 }
 
+/// GGUF blocks → the split planes (quants, scales) the GPU keeps.
+pub fn split_planes(fmt: reference::BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
+    fn go<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+        let (qb, sb) = split_plane_bytes::<F>(rows, cols);
+        let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+        assert!(split_gguf_blocks::<F>(gguf, rows, cols, &mut qs, &mut sc));
+        (qs, sc)
+    }
+    match fmt {
+        reference::BlockFormat::Q4_0 => go::<formats::Q4_0>(gguf, rows, cols),
+        reference::BlockFormat::Q4_1 => go::<formats::Q4_1>(gguf, rows, cols),
+        reference::BlockFormat::Q8_0 => go::<formats::Q8_0>(gguf, rows, cols),
+    }
+}
+
 /// Fail the case (with the device named) unless `err <= tol`; NaN fails too.
 pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(), TestCaseError> {
     if err <= tol { Ok(()) } else { Err(TestCaseError::fail(format!("{}: {what}: relative error {err:.3e} > {tol:.1e}", dev.label()))) }

@@ -238,7 +238,7 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
         let rel = (got[t * rows + row] as f64 - acc).abs() / mag.max(1e-30);
         max_rel = if rel.is_nan() { f64::NAN } else { max_rel.max(rel) };
     }
-    if !(max_rel <= 1e-4) {
+    if max_rel.is_nan() || max_rel > 1e-4 {
         bail!("{label} {tokens}x{rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})");
     }
     let time = |launch: &dyn Fn() -> Result<()>| -> Result<(f64, f64)> {

@@ -369,7 +369,7 @@ impl Backend for Cuda {
                 self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols])?;
             }
             Storage::Split { ty, qs, scales } => {
-                ensure!(w.cols % 32 == 0, "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
+                ensure!(w.cols.is_multiple_of(32), "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 let k = match ty {
                     GgmlType::Q4_0 => names::kiln_matvec_q4_0,
                     GgmlType::Q4_1 => names::kiln_matvec_q4_1,

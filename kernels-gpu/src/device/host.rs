@@ -139,9 +139,11 @@ std::thread_local! {
     /// This thread's `cp.async` copies (dst, src addresses): committed groups, oldest first,
     /// then the open one. They land only at a `cp_async_wait` that covers them, so a kernel
     /// that reads shared memory before waiting reads the poison.
-    static CP_ASYNC: std::cell::RefCell<(Vec<Vec<(usize, usize)>>, Vec<(usize, usize)>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static CP_ASYNC: std::cell::RefCell<(Vec<CopyGroup>, CopyGroup)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
+
+/// One `cp.async` group: (destination, source) addresses of its 16-byte copies.
+type CopyGroup = Vec<(usize, usize)>;
 
 fn ctx() -> Ctx {
     CTX.with(|c| c.get()).expect("device function called outside a host-grid launch")
@@ -369,7 +371,7 @@ pub fn mma_m16n8k32_s32_s8(a: [u32; 4], b: [u32; 2], c: [i32; 4]) -> [i32; 4] {
 
 /// Queues the copy in this thread's open group; see `CP_ASYNC`.
 pub unsafe fn cp_async_16(dst: *mut u32, src: *const u32) {
-    assert!(dst as usize % 16 == 0 && src as usize % 16 == 0, "cp_async_16: {dst:p} <- {src:p} not 16-byte aligned");
+    assert!((dst as usize).is_multiple_of(16) && (src as usize).is_multiple_of(16), "cp_async_16: {dst:p} <- {src:p} not 16-byte aligned");
     let smem = block().smem.as_ptr_range();
     assert!(smem.contains(&(dst as *const u128)), "cp_async_16: destination {dst:p} is not in shared memory");
     CP_ASYNC.with(|q| q.borrow_mut().1.push((dst as usize, src as usize)));

@@ -153,38 +153,41 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightR
     let (xq_row, xds_row) = x;
     let mut acc = [0f32; R];
     let mut b0 = lane() as usize;
+    // `unroll` writes the loops over U and R out, so these arrays stay in registers (a rolled
+    // loop would index them at run time and put them in local memory).
     while b0 < nb {
         let mut xw = [[0u32; 8]; U];
         let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
-        for u in 0..U {
+        unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
                 let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
                 let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
                 xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
                 xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
-                for (wr, row) in wq.iter_mut().zip(w) {
-                    if row.live {
-                        wr[u] = unsafe { load_block_quants::<F>(row.qs.add((row.row * nb + b) * F::QS_WORDS)) };
+                unroll::<R>(|r| {
+                    if w[r].live {
+                        wq[r][u] = unsafe { load_block_quants::<F>(w[r].qs.add((w[r].row * nb + b) * F::QS_WORDS)) };
                     }
-                }
+                });
             }
-        }
-        for u in 0..U {
+        });
+        unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
-                for ((a, wr), row) in acc.iter_mut().zip(&wq).zip(w) {
-                    if row.live {
-                        let sc = unsafe { row.scales.add((row.row * nb + b) * F::SCALE_BYTES) };
-                        *a += F::block_dot(&wr[u], sc, &xw[u], xd[u].0, xd[u].1);
+                unroll::<R>(|r| {
+                    if w[r].live {
+                        let sc = unsafe { w[r].scales.add((w[r].row * nb + b) * F::SCALE_BYTES) };
+                        acc[r] += F::block_dot(&wq[r][u], sc, &xw[u], xd[u].0, xd[u].1);
                     }
-                }
+                });
             }
-        }
+        });
         b0 += U * WARP as usize;
     }
-    acc.map(warp_sum)
+    unroll::<R>(|r| acc[r] = warp_sum(acc[r]));
+    acc
 }
 
 /// [`warp_dots`] with the policy's blocks in flight (a const generic, hence the match).
@@ -227,10 +230,9 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let warps = P::MATVEC_WARPS as usize;
-    let mats = [(w0, s0, y0, rows0 as usize), (w1, s1, y1, rows1 as usize), (w2, s2, y2, rows2 as usize)];
     // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
     // to is block-uniform, so the whole block takes the same branch.
-    let groups = mats.map(|m| m.3.div_ceil(warps));
+    let groups = [rows0, rows1, rows2].map(|r| (r as usize).div_ceil(warps));
     let mut group = block_idx() as usize;
     while group < groups[0] + groups[1] + groups[2] {
         let (m, g) = if group < groups[0] {
@@ -240,7 +242,12 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
         } else {
             (2, group - groups[0] - groups[1])
         };
-        let (qs, scales, y, rows) = mats[m];
+        // A branch, not an array indexed by `m`: that array would live in local memory.
+        let (qs, scales, y, rows) = match m {
+            0 => (w0, s0, y0, rows0 as usize),
+            1 => (w1, s1, y1, rows1 as usize),
+            _ => (w2, s2, y2, rows2 as usize),
+        };
         let row = g * warps + warp_id() as usize;
         let w = [WeightRow { qs, scales, row, live: row < rows }];
         let [s] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, x, nb) };
@@ -301,12 +308,10 @@ pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(qs: *const u32,
         while b < nb && row < rows {
             let w = unsafe { load_block_quants::<F>(qs.add((row * nb + b) * F::QS_WORDS)) };
             let mut xv = [0f32; 32];
-            for (k, chunk) in xv.chunks_exact_mut(4).enumerate() {
+            unroll::<8>(|k| {
                 let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
-                for (d, s) in chunk.iter_mut().zip(v) {
-                    *d = f32::from_bits(s);
-                }
-            }
+                unroll::<4>(|j| xv[4 * k + j] = f32::from_bits(v[j]));
+            });
             acc += F::block_dot_f32(&w, unsafe { scales.add((row * nb + b) * F::SCALE_BYTES) }, &xv);
             b += WARP as usize;
         }

@@ -41,6 +41,7 @@ const MAX_STAGED: usize = 4;
 /// and `x` (`n × cols`) quantized to `xq`/`xds`. Launch: [`launch::mma`].
 ///
 /// [`launch::mma`]: crate::kernels::launch::mma
+#[allow(clippy::too_many_arguments)] // the entry's parameter list, as the kernel table passes it
 pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     qs: *const u32,
     scales: *const u8,
