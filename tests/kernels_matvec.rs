@@ -209,7 +209,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
             continue;
         }
         let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
-        let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+        let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
         let (qs_b, sc_b, y_b) = (upload(dev, &qs), upload(dev, &sc), poisoned::<f32>(dev, n * rows, 0xff));
         args.extend([qs_b.arg(), sc_b.arg(), y_b.arg(), Arg::U32(rows as u32)]);
         mats.push((gguf, qs_b, sc_b, y_b, rows));
@@ -230,7 +230,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     // SwiGLU over the first matrix and a second of the same shape.
     let rows = mats[0].4;
     let up = g.gguf_blocks(c.fmt, rows * cols / QK);
-    let (uq, us) = split(c.fmt, &up, rows, cols);
+    let (uq, us) = common::split_planes(c.fmt, &up, rows, cols);
     let (uq_b, us_b, y_b) = (upload(dev, &uq), upload(dev, &us), poisoned::<f32>(dev, n * rows, 0xff));
     let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
     let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
@@ -255,7 +255,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
     let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
-    let (qs, sc) = split(c.fmt, &gguf, rows, cols);
+    let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
     let (qs_b, sc_b, x_b) = (upload(dev, &qs), upload(dev, &sc), upload(dev, &x));
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
     let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
