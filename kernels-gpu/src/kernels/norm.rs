@@ -10,23 +10,29 @@ use policies::TargetPolicy;
 /// shared by all rows, so per-head QK-norm is this kernel with rows = tokens × heads.
 /// `out` may equal `x`.
 pub unsafe fn rms_norm<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32) {
-    let scratch: *mut f32 = shared_mem();
     let row = block_idx() as usize * cols as usize;
-    let mut ss = 0.0;
-    let mut c = thread_idx();
-    while c < cols {
-        let v = unsafe { *x.add(row + c as usize) };
-        ss += v * v;
-        c += block_dim();
-    }
-    let total = unsafe { block_sum(ss, scratch) };
-    let inv = rsqrt(total / cols as f32 + eps);
+    let inv = unsafe { inv_rms(x.add(row), cols, eps) };
     let mut c = thread_idx();
     while c < cols {
         let i = row + c as usize;
         unsafe { *out.add(i) = *x.add(i) * inv * *w.add(c as usize) };
         c += block_dim();
     }
+}
+
+/// `1/rms(x[0..cols])` with `eps`, for the whole block (every thread gets it): the reduction every
+/// RMSNorm kernel shares, so they normalize a row to the same bits. Uses the block's shared
+/// scratch (one f32 per warp); every thread must call.
+#[inline(always)]
+unsafe fn inv_rms(x: *const f32, cols: u32, eps: f32) -> f32 {
+    let mut ss = 0.0;
+    let mut c = thread_idx();
+    while c < cols {
+        let v = unsafe { *x.add(c as usize) };
+        ss += v * v;
+        c += block_dim();
+    }
+    rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps)
 }
 
 /// `x += y`, then [`rms_norm_q8`] of the new `x`: a residual add and the following norm in one
@@ -49,17 +55,8 @@ pub unsafe fn add_rms_norm_q8<P: TargetPolicy>(x: *mut f32, y: *const f32, w: *c
 /// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them, bit for bit): the consumer of a norm is a quantized mat-vec,
 /// which then needs no quantize launch of its own. `cols % 32 == 0`.
 pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
-    let scratch: *mut f32 = shared_mem();
     let row = block_idx() as usize * cols as usize;
-    let mut ss = 0.0;
-    let mut c = thread_idx();
-    while c < cols {
-        let v = unsafe { *x.add(row + c as usize) };
-        ss += v * v;
-        c += block_dim();
-    }
-    let total = unsafe { block_sum(ss, scratch) };
-    let inv = rsqrt(total / cols as f32 + eps);
+    let inv = unsafe { inv_rms(x.add(row), cols, eps) };
     // A warp per 32-element block: the loop bound is warp-uniform, so every lane reaches the
     // shuffles inside `quantize_block`.
     let nb = cols / QK as u32;
@@ -92,16 +89,8 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
     neox: u32,
     eps: f32,
 ) {
-    let scratch: *mut f32 = shared_mem();
     let row = block_idx() as usize * head_dim as usize;
-    let mut ss = 0.0;
-    let mut c = thread_idx();
-    while c < head_dim {
-        let v = unsafe { *x.add(row + c as usize) };
-        ss += v * v;
-        c += block_dim();
-    }
-    let inv = rsqrt(unsafe { block_sum(ss, scratch) } / head_dim as f32 + eps);
+    let inv = unsafe { inv_rms(x.add(row), head_dim, eps) };
     let normed = |c: u32| unsafe { *x.add(row + c as usize) } * inv * unsafe { *w.add(c as usize) };
     let p = unsafe { *pos } + block_idx() / heads;
     let mut i = thread_idx();
