@@ -87,19 +87,15 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let vs = g.magnitude(-1.0, 1.0);
     let v = g.normals(total * kvh * hd, vs);
 
-    // Store all `total` tokens with one kv_store each for K and V, into NaN-poisoned caches:
-    // a read of a slot never stored turns the output NaN.
-    let mut caches = Vec::new();
+    // Store all `total` tokens with one kv_store, into NaN-poisoned caches: a read of a slot
+    // never stored turns the output NaN.
     let zero = upload(dev, &[0u32]);
-    for src in [&k, &v] {
-        let sb = upload(dev, src);
-        let cb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
-        let threads = (total * kvh * hd) as u32;
-        let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
-        dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
-        caches.push(cb);
-    }
-    let (kb, vb) = (caches[0], caches[1]);
+    let (ks, vs_b) = (upload(dev, &k), upload(dev, &v));
+    let kb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
+    let vb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
+    let threads = (total * kvh * hd) as u32;
+    let args = [ks.arg(), vs_b.arg(), kb.arg(), vb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
+    dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
 
     let (qb, pos) = (upload(dev, &q), upload(dev, &[c.pos0]));
     let (h32, ctx32) = (heads as u32, max_ctx as u32);

@@ -211,20 +211,24 @@ fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
     let max_ctx = (c.pos0 + c.n + c.spare) as usize;
     let mut g = Gen::new(c.seed);
     // Magnitudes from f16 subnormals to past f16's range (rounds to ±inf).
-    let src: Vec<f32> = (0..n * kvh * hd).map(|_| g.sign() * g.magnitude(-7.0, 4.9)).collect();
-    // The cache starts as NaN halves with distinct payloads: slots outside the stored
-    // positions must keep theirs, bit for bit.
-    let mut cache: Vec<u16> = (0..kvh * max_ctx * hd).map(|i| 0x7e00 | (i as u16 & 0x1ff)).collect();
-    let (sb, cb) = (upload(dev, &src), upload(dev, &cache));
+    let mut src = || -> Vec<f32> { (0..n * kvh * hd).map(|_| g.sign() * g.magnitude(-7.0, 4.9)).collect() };
+    let (k, v) = (src(), src());
+    // The caches start as NaN halves with distinct payloads (K and V differ): slots outside
+    // the stored positions must keep theirs, bit for bit.
+    let fresh = |tag: u16| -> Vec<u16> { (0..kvh * max_ctx * hd).map(|i| 0x7e00 | tag | (i as u16 & 0xff)).collect() };
+    let (mut k_cache, mut v_cache) = (fresh(0), fresh(0x100));
+    let (kb, vb, kcb, vcb) = (upload(dev, &k), upload(dev, &v), upload(dev, &k_cache), upload(dev, &v_cache));
     let threads = (n * kvh * hd) as u32;
     let pos = upload(dev, &[c.pos0]); // read on the device, like every position-dependent kernel
-    let args = [sb.arg(), cb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), pos.arg(), Arg::U32(threads)];
+    let args = [kb.arg(), vb.arg(), kcb.arg(), vcb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), pos.arg(), Arg::U32(threads)];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
-    let got = download::<u16>(dev, &cb);
-    r::kv_store(&mut cache, &src, kvh, hd, max_ctx, c.pos0 as usize);
-    if let Some(i) = got.iter().zip(&cache).position(|(a, b)| a != b) {
-        let (h, p, d) = (i / (max_ctx * hd), i / hd % max_ctx, i % hd);
-        prop_assert!(false, "{}: cache[head {h}, pos {p}, dim {d}] = {:#06x}, want {:#06x}", dev.label(), got[i], cache[i]);
+    r::kv_store(&mut k_cache, &k, kvh, hd, max_ctx, c.pos0 as usize);
+    r::kv_store(&mut v_cache, &v, kvh, hd, max_ctx, c.pos0 as usize);
+    for (which, got, want) in [("k", download::<u16>(dev, &kcb), k_cache), ("v", download::<u16>(dev, &vcb), v_cache)] {
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            let (h, p, d) = (i / (max_ctx * hd), i / hd % max_ctx, i % hd);
+            prop_assert!(false, "{}: {which} cache[head {h}, pos {p}, dim {d}] = {:#06x}, want {:#06x}", dev.label(), got[i], want[i]);
+        }
     }
     Ok(())
 }

@@ -20,6 +20,13 @@ fn row_case() -> impl Strategy<Value = RowCase> {
     (1..=6u32, length(700), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
 }
 
+/// Rows wider than one chunk per thread of the register-resident norms (more than 4096
+/// columns: several chunks each) and vocabulary-sized argmax rows (many pass-1 blocks).
+fn wide_row_case() -> impl Strategy<Value = RowCase> {
+    let cols = prop_oneof![prop::sample::select(vec![4097u32, 8192, 16384]), 4097..=16384u32];
+    (1..=2u32, cols, any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+}
+
 /// Launch a per-row kernel whose output is `x`'s shape; returns the output.
 fn run_rows(
     dev: &mut dyn Device,
@@ -71,8 +78,9 @@ fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// `rms_norm_q8` writes what `rms_norm` then `quantize_q8_1` write, bit for bit: the fused
-/// path may never change a single activation code.
+/// `rms_norm_q8` normalizes like the float64 reference, and its Q8_1 blocks are what
+/// `quantize_q8_1` writes for its own f32 output, bit for bit: the fused path may never change
+/// a single activation code.
 fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let (rows, cols) = (c.rows as usize, (c.cols as usize).div_ceil(32) * 32);
     let mut g = Gen::new(c.seed);
@@ -80,17 +88,17 @@ fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect();
     let (xb, wb) = (upload(dev, &x), upload(dev, &w));
     let (cu, eps) = (Arg::U32(cols as u32), Arg::F32(1e-6));
-    let dims = dev.shapes().per_row(rows as u32);
-    let plain = poisoned::<f32>(dev, rows * cols, 0xff);
-    dev.launch(names::kiln_rms_norm, dims, &[xb.arg(), wb.arg(), plain.arg(), cu, eps]);
-    let (q_ref, ds_ref) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
-    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(cols as u32, rows as u32), &[plain.arg(), q_ref.arg(), ds_ref.arg(), cu]);
     let fused = poisoned::<f32>(dev, rows * cols, 0xff);
     let (q, ds) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+    let dims = dev.shapes().norm_q8(rows as u32, cols as u32);
     dev.launch(names::kiln_rms_norm_q8, dims, &[xb.arg(), wb.arg(), fused.arg(), q.arg(), ds.arg(), cu, eps]);
+    let normed = download::<f32>(dev, &fused);
+    check_written(dev, "rms_norm_q8", &normed)?;
+    check_err(dev, "rms_norm_q8", r::rel_err(&normed, &r::rms_norm(&x, &w, cols, 1e-6)), 1e-5)?;
+    let (q_ref, ds_ref) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(cols as u32, rows as u32), &[fused.arg(), q_ref.arg(), ds_ref.arg(), cu]);
     let label = dev.label();
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert_eq!(bits(download::<f32>(dev, &fused)), bits(download::<f32>(dev, &plain)), "{}: normed values", label);
     prop_assert_eq!(download::<i8>(dev, &q), download::<i8>(dev, &q_ref), "{}: codes", label);
     prop_assert_eq!(bits(download::<f32>(dev, &ds)), bits(download::<f32>(dev, &ds_ref)), "{}: block scales", label);
     Ok(())
@@ -111,8 +119,10 @@ fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
         x[..cols].fill(f32::NEG_INFINITY); // a row where nothing beats −∞
     }
     let xb = upload(dev, &x);
-    let out = poisoned::<u32>(dev, rows, 0xff);
-    dev.launch(names::kiln_argmax, dev.shapes().argmax(rows as u32), &[xb.arg(), out.arg(), Arg::U32(cols as u32)]);
+    let (cu, parts) = (cols as u32, dev.shapes().argmax_parts(cols as u32));
+    let (part, out) = (poisoned::<u32>(dev, 2 * rows * parts as usize, 0xff), poisoned::<u32>(dev, rows, 0xff));
+    dev.launch(names::kiln_argmax_blocks, dev.shapes().argmax_blocks(rows as u32, cu), &[xb.arg(), part.arg(), Arg::U32(cu)]);
+    dev.launch(names::kiln_argmax_merge, dev.shapes().argmax_merge(rows as u32), &[part.arg(), out.arg(), Arg::U32(parts)]);
     let got = download::<u32>(dev, &out);
     for (r, row) in x.chunks(cols).enumerate() {
         let want = row.iter().enumerate().fold((0u32, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i as u32, v) } else { b }).0;
@@ -127,7 +137,7 @@ fn add_rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseErro
     let mut g = Gen::new(c.seed);
     let (x, y) = (g.activations(rows, cols), g.activations(rows, cols));
     let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect();
-    let (cu, eps, dims) = (Arg::U32(cols as u32), Arg::F32(1e-6), dev.shapes().per_row(rows as u32));
+    let (cu, eps, dims) = (Arg::U32(cols as u32), Arg::F32(1e-6), dev.shapes().norm_q8(rows as u32, cols as u32));
     let (yb, wb) = (upload(dev, &y), upload(dev, &w));
     let mut results = Vec::new();
     for fused in [false, true] {
@@ -203,6 +213,13 @@ kernel_properties! {
     host_softmax, gpu_softmax: row_case() => softmax;
 }
 
+#[test]
+fn host_norm_q8_wide_rows() {
+    common::run_host(2, wide_row_case(), rms_norm_q8);
+    common::run_host(2, wide_row_case(), add_rms_norm_q8);
+    common::run_host(4, wide_row_case(), argmax);
+}
+
 /// Model-sized rows (hidden sizes up to 16k, vocab-sized softmax): GPU only.
 #[test]
 fn gpu_norm_large() {
@@ -211,4 +228,8 @@ fn gpu_norm_large() {
     };
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
     common::run_gpu("gpu_norm_large", 32, case(), softmax);
+    common::run_gpu("gpu_norm_large", 32, case(), rms_norm_q8);
+    common::run_gpu("gpu_norm_large", 32, case(), add_rms_norm_q8);
+    let vocab = (1..=4u32, prop_oneof![Just(151_936u32), 1..=262_144u32], any::<bool>(), seed());
+    common::run_gpu("gpu_norm_large", 16, vocab.prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed }), argmax);
 }

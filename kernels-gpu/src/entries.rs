@@ -144,7 +144,8 @@ kernel_table! {
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, eps: f32);
     kiln_add_rms_norm_q8 = norm::add_rms_norm_q8 [] (x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
-    kiln_argmax = norm::argmax [] (x: *const f32, out: *mut u32, cols: u32);
+    kiln_argmax_blocks = norm::argmax_blocks [] (x: *const f32, part: *mut u32, cols: u32);
+    kiln_argmax_merge = norm::argmax_merge [] (part: *const u32, out: *mut u32, parts: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
     kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, threads: u32);
     kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
@@ -153,7 +154,7 @@ kernel_table! {
     kiln_embed_q4_1 = ew::embed_split [formats::Q4_1] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q8_0 = ew::embed_split [formats::Q8_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_f16 = ew::embed_f16 [] (table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
-    kiln_kv_store = ew::kv_store [] (src: *const f32, cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, threads: u32);
+    kiln_kv_store = ew::kv_store [] (k: *const f32, v: *const f32, k_cache: *mut u16, v_cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, threads: u32);
     kiln_attention_chunks = attention::attention_chunks [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
     kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
 }

@@ -68,7 +68,8 @@ pub struct Cuda {
     gpu: Rc<Gpu>,
     pool: Pool,
     steps: RefCell<Steps>,
-    argmax_out: RefCell<Option<DBuf<u32>>>,
+    /// Row argmax's (pass-1 pairs, result) buffers, reused every token.
+    argmax_bufs: RefCell<Option<(DBuf<u32>, DBuf<u32>)>>,
     /// Quantized matmuls read f32 activations (no Q8_1): see [`Cuda::with_f32_activations`].
     f32_activations: bool,
 }
@@ -87,7 +88,7 @@ impl Cuda {
         let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
         let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
-        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_out: RefCell::default(), f32_activations: false })
+        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_bufs: RefCell::default(), f32_activations: false })
     }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -238,6 +239,11 @@ fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols
     Ok(Storage::Split { ty, qs: gpu.upload(&qs)?, scales: gpu.upload(&scales)? })
 }
 
+/// Rows the register-resident Q8_1-emitting norms take (wider rows: norm, then quantize).
+fn norm_q8_fits(cols: usize) -> bool {
+    cols.is_multiple_of(32) && cols <= kernels_gpu::kernels::norm::MAX_ROW_COLS as usize
+}
+
 fn u32_arg(v: usize, what: &str) -> Result<Arg> {
     to_u32(v, what).map(Arg::U32)
 }
@@ -306,13 +312,16 @@ impl Backend for Cuda {
     }
 
     fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
-        // Reuses one small buffer: greedy decoding calls this once per token.
-        let mut slot = self.argmax_out.borrow_mut();
-        if slot.as_ref().is_none_or(|b| b.len() < x.rows) {
-            *slot = Some(self.gpu.alloc::<u32>(x.rows)?);
+        // Reuses two small buffers: greedy decoding calls this once per token.
+        let (sh, cols) = (self.gpu.shapes(), to_u32(x.cols, "argmax width")?);
+        let (rows, parts) = (to_u32(x.rows, "argmax rows")?, sh.argmax_parts(cols));
+        let mut slot = self.argmax_bufs.borrow_mut();
+        if slot.as_ref().is_none_or(|(p, o)| o.len() < x.rows || p.len() < 2 * (rows * parts) as usize) {
+            *slot = Some((self.gpu.alloc::<u32>(2 * (rows * parts) as usize)?, self.gpu.alloc::<u32>(x.rows)?));
         }
-        let out = slot.as_ref().expect("allocated above");
-        self.gpu.launch(names::kiln_argmax, self.gpu.shapes().argmax(x.rows as u32), &[x.arg(), out.arg(), u32_arg(x.cols, "argmax width")?])?;
+        let (part, out) = slot.as_ref().expect("allocated above");
+        self.gpu.launch(names::kiln_argmax_blocks, sh.argmax_blocks(rows, cols), &[x.arg(), part.arg(), Arg::U32(cols)])?;
+        self.gpu.launch(names::kiln_argmax_merge, sh.argmax_merge(rows), &[part.arg(), out.arg(), Arg::U32(parts)])?;
         self.gpu.download_prefix(out, x.rows)
     }
 
@@ -403,9 +412,10 @@ impl Backend for Cuda {
         let mut out = self.tensor(x.rows, x.cols)?;
         let groups = x.len() / w.cols;
         let (dims, cols) = (self.gpu.shapes().per_row(groups as u32), u32_arg(w.cols, "norm width")?);
-        if w.cols == x.cols && x.cols % 32 == 0 {
+        if w.cols == x.cols && norm_q8_fits(x.cols) {
             // A whole-row norm feeds a quantized projection: emit its Q8_1 blocks as well.
             let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
+            let dims = self.gpu.shapes().norm_q8(x.rows as u32, w.cols as u32);
             self.gpu.launch(names::kiln_rms_norm_q8, dims, &[x.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), cols, Arg::F32(eps)])?;
             out.q8 = Some(Box::new((xq, xds)));
         } else {
@@ -441,7 +451,7 @@ impl Backend for Cuda {
 
     fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
         let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
-        if w.cols != x.cols || x.cols % 32 != 0 {
+        if w.cols != x.cols || !norm_q8_fits(x.cols) {
             self.add_assign(x, y)?;
             return self.rms_norm(x, w, eps);
         }
@@ -451,7 +461,7 @@ impl Backend for Cuda {
         let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
         self.gpu.launch(
             names::kiln_add_rms_norm_q8,
-            self.gpu.shapes().per_row(x.rows as u32),
+            self.gpu.shapes().norm_q8(x.rows as u32, x.cols as u32),
             &[x.arg(), y.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), u32_arg(x.cols, "norm width")?, Arg::F32(eps)],
         )?;
         out.q8 = Some(Box::new((xq, xds)));
@@ -517,21 +527,21 @@ impl Backend for Cuda {
         let sh = self.gpu.shapes();
         let pos_d = self.pos_arg(pos)?;
         let store_threads = n * spec.n_kv_head * spec.head_dim;
-        for (src, dst) in [(k, &cache.k[layer]), (v, &cache.v[layer])] {
-            self.gpu.launch(
-                names::kiln_kv_store,
-                sh.flat(store_threads as u32),
-                &[
-                    src.arg(),
-                    dst.arg(),
-                    u32_arg(spec.n_kv_head, "kv heads")?,
-                    u32_arg(spec.head_dim, "head_dim")?,
-                    u32_arg(spec.max_seq, "context")?,
-                    pos_d,
-                    u32_arg(store_threads, "kv size")?,
-                ],
-            )?;
-        }
+        self.gpu.launch(
+            names::kiln_kv_store,
+            sh.flat(store_threads as u32),
+            &[
+                k.arg(),
+                v.arg(),
+                cache.k[layer].arg(),
+                cache.v[layer].arg(),
+                u32_arg(spec.n_kv_head, "kv heads")?,
+                u32_arg(spec.head_dim, "head_dim")?,
+                u32_arg(spec.max_seq, "context")?,
+                pos_d,
+                u32_arg(store_threads, "kv size")?,
+            ],
+        )?;
         let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
         let (tokens, max_ctx) = (to_u32(n, "tokens")?, to_u32(spec.max_seq, "context")?);
         let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;

@@ -16,7 +16,12 @@ pub trait LaunchShapes: Send + Sync {
     /// One-row-per-warp mat-vec over matrices of `rows` each (fused projections).
     fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
-    fn argmax(&self, rows: u32) -> Dims;
+    /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
+    fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
+    fn argmax_parts(&self, cols: u32) -> u32;
+    fn argmax_merge(&self, rows: u32) -> Dims;
+    /// Register-resident norms emitting Q8_1 (`rms_norm_q8`, `add_rms_norm_q8`).
+    fn norm_q8(&self, rows: u32, cols: u32) -> Dims;
     /// Quantized GEMM over weights with `qs_words` u32 of quants per block.
     fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
@@ -48,8 +53,17 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
         let groups = rows.iter().map(|r| r.div_ceil(P::MATVEC_WARPS)).sum();
         launch::matvec_groups::<P>(groups, n, sms)
     }
-    fn argmax(&self, rows: u32) -> Dims {
-        launch::argmax::<P>(rows)
+    fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
+        launch::argmax_blocks::<P>(rows, cols)
+    }
+    fn argmax_parts(&self, cols: u32) -> u32 {
+        launch::argmax_parts::<P>(cols)
+    }
+    fn argmax_merge(&self, rows: u32) -> Dims {
+        launch::argmax_merge::<P>(rows)
+    }
+    fn norm_q8(&self, rows: u32, cols: u32) -> Dims {
+        launch::norm_q8::<P>(rows, cols)
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)

@@ -411,6 +411,13 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
+pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
+    assert!(p as usize % 16 == 0, "st_v4: pointer {p:p} is not 16-byte aligned");
+    for (i, w) in v.into_iter().enumerate() {
+        unsafe { *p.add(i) = w };
+    }
+}
+
 pub fn round_to_i32(x: f32) -> i32 {
     x.round_ties_even() as i32
 }

@@ -202,6 +202,16 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `st.global.v4.u32`: one 16-byte store (the pointer must be 16-byte aligned).
+#[inline(always)]
+pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
+    unsafe {
+        asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+             options(nostack));
+    }
+}
+
 /// `cvt.rni.s32.f32`: round to nearest, ties to even.
 #[inline(always)]
 pub fn round_to_i32(x: f32) -> i32 {

@@ -106,12 +106,16 @@ pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out
     unsafe { *out.add(id as usize) = f16_to_f32(*table.add(row * cols as usize + c)) };
 }
 
-/// Append `n` tokens of K (or V) (`n × kv_heads × head_dim` f32) to an f16 cache laid out
-/// `kv_heads × max_ctx × head_dim`, at positions `*pos..*pos+n`. Threads: `n × kv_heads × head_dim`.
-/// The position is read on the device so a recorded launch serves every decode step.
+/// Append `n` tokens of K and V (each `n × kv_heads × head_dim` f32) to the f16 caches laid out
+/// `kv_heads × max_ctx × head_dim`, at positions `*pos..*pos+n`: one launch for both. Threads:
+/// `n × kv_heads × head_dim`. The position is read on the device so a recorded launch serves
+/// every decode step.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn kv_store<P: TargetPolicy>(
-    src: *const f32,
-    cache: *mut u16,
+    k: *const f32,
+    v: *const f32,
+    k_cache: *mut u16,
+    v_cache: *mut u16,
     kv_heads: u32,
     head_dim: u32,
     max_ctx: u32,
@@ -126,5 +130,8 @@ pub unsafe fn kv_store<P: TargetPolicy>(
     let h = (id / head_dim) % kv_heads;
     let t = id / (head_dim * kv_heads);
     let dst = ((h * max_ctx + unsafe { *pos } + t) * head_dim + d) as usize;
-    unsafe { *cache.add(dst) = f32_to_f16(*src.add(id as usize)) };
+    unsafe {
+        *k_cache.add(dst) = f32_to_f16(*k.add(id as usize));
+        *v_cache.add(dst) = f32_to_f16(*v.add(id as usize));
+    }
 }

@@ -61,9 +61,29 @@ pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
     Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 4 }
 }
 
-/// Row argmax: one block per row, a (value, index) pair of scratch per warp.
-pub const fn argmax<P: TargetPolicy>(rows: u32) -> Dims {
-    Dims { shared_bytes: (P::ROW_THREADS / WARP) * 8, ..per_row::<P>(rows) }
+/// Register-resident norms (`rms_norm_q8`, `add_rms_norm_q8`): one block per row, one thread per
+/// 4 columns up to 1024 threads (then up to `ROW_CHUNKS` chunks each); one f32 scratch per warp.
+pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
+    let chunks = div_ceil(cols, 4);
+    let per_thread = div_ceil(chunks, 1024);
+    let threads = div_ceil(div_ceil(chunks, per_thread), WARP) * WARP;
+    Dims { grid_x: rows, grid_y: 1, block: threads, shared_bytes: (threads / WARP) * 4 }
+}
+
+/// Blocks of row argmax pass 1 for rows of `cols`: about 4 elements per thread, at most 256.
+pub const fn argmax_parts<P: TargetPolicy>(cols: u32) -> u32 {
+    let parts = div_ceil(cols, P::ROW_THREADS * 4);
+    if parts > 256 { 256 } else if parts == 0 { 1 } else { parts }
+}
+
+/// Row argmax pass 1: [`argmax_parts`] blocks per row; a (value, index) pair of scratch per warp.
+pub const fn argmax_blocks<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
+    Dims { grid_x: argmax_parts::<P>(cols), grid_y: rows, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
+}
+
+/// Row argmax pass 2: one block per row.
+pub const fn argmax_merge<P: TargetPolicy>(rows: u32) -> Dims {
+    Dims { grid_x: 1, grid_y: rows, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
 }
 
 /// One thread per element (or per pair, for RoPE).

@@ -1,9 +1,7 @@
 //! Row kernels: one block per row, reductions through warp shuffles and a few words of shared
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
-use crate::kernels::formats::QK;
 use crate::kernels::elementwise::{rope_pair, rotate};
-use crate::kernels::matvec::quantize_block;
 use policies::TargetPolicy;
 
 /// `out[r] = x[r] / rms(x[r]) * w` for each of the grid's rows (`cols` each). `w` (`cols`) is
@@ -35,41 +33,88 @@ unsafe fn inv_rms(x: *const f32, cols: u32, eps: f32) -> f32 {
     rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps)
 }
 
+/// Chunks of 4 consecutive floats a thread of [`rms_norm_q8`] / [`add_rms_norm_q8`] holds in
+/// registers: chunk `thread + k·block_dim` for `k < ROW_CHUNKS`. The row is loaded once with
+/// 16-byte loads and never re-read, so a norm costs one memory round trip instead of a
+/// latency-bound strided loop per pass (a single 256-thread block took ~20 µs for 4096 columns).
+pub const ROW_CHUNKS: usize = 4;
+/// Widest row the register-resident norms take: 1024 threads × [`ROW_CHUNKS`] × 4.
+pub const MAX_ROW_COLS: u32 = 1024 * ROW_CHUNKS as u32 * 4;
+
+type Chunks = [[f32; 4]; ROW_CHUNKS];
+
+/// This thread's chunks of row `x` (`cols % 4 == 0`, 16-byte aligned); zeros past the row.
+#[inline(always)]
+unsafe fn load_chunks(x: *const f32, cols: u32) -> Chunks {
+    let mut v = [[0f32; 4]; ROW_CHUNKS];
+    unroll::<ROW_CHUNKS>(|k| {
+        let j = thread_idx() + k as u32 * block_dim();
+        if j < cols / 4 {
+            v[k] = unsafe { ld_nc_v4(x.add(4 * j as usize) as *const u32) }.map(f32::from_bits);
+        }
+    });
+    v
+}
+
 /// `x += y`, then [`rms_norm_q8`] of the new `x`: a residual add and the following norm in one
-/// launch (each value is computed exactly as [`add_assign`](crate::kernels::elementwise::add_assign)
-/// then [`rms_norm_q8`] compute it). `cols % 32 == 0`.
+/// launch, bit for bit what `add_assign` then [`rms_norm_q8`] compute. `cols % 32 == 0`,
+/// `cols <= MAX_ROW_COLS`. Launch: [`launch::norm_q8`](crate::kernels::launch::norm_q8).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn add_rms_norm_q8<P: TargetPolicy>(x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
     let row = block_idx() as usize * cols as usize;
-    let mut c = thread_idx();
-    while c < cols {
-        let i = row + c as usize;
-        unsafe { *x.add(i) += *y.add(i) };
-        c += block_dim();
-    }
-    // rms_norm_q8 starts with a block reduction whose barrier publishes the sums to all threads.
-    unsafe { rms_norm_q8::<P>(x, w, out, xq, xds, cols, eps) }
+    let mut v = unsafe { load_chunks(x.add(row), cols) };
+    let d = unsafe { load_chunks(y.add(row), cols) };
+    unroll::<ROW_CHUNKS>(|k| {
+        let j = thread_idx() + k as u32 * block_dim();
+        v[k] = core::array::from_fn(|e| v[k][e] + d[k][e]);
+        if j < cols / 4 {
+            unsafe { st_v4(x.add(row + 4 * j as usize) as *mut u32, v[k].map(f32::to_bits)) };
+        }
+    });
+    unsafe { norm_q8_chunks(v, w, out.add(row), xq.add(row), xds.add(row / 16), cols, eps) }
 }
 
-/// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, as
-/// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them, bit for bit): the consumer of a norm is a quantized mat-vec,
-/// which then needs no quantize launch of its own. `cols % 32 == 0`.
+/// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, exactly as
+/// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them for `out`): the
+/// consumer of a norm is a quantized mat-vec, which then needs no quantize launch of its own.
+/// `cols % 32 == 0`, `cols <= MAX_ROW_COLS`. Launch: [`launch::norm_q8`](crate::kernels::launch::norm_q8).
 pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
     let row = block_idx() as usize * cols as usize;
-    let inv = unsafe { inv_rms(x.add(row), cols, eps) };
-    // A warp per 32-element block: the loop bound is warp-uniform, so every lane reaches the
-    // shuffles inside `quantize_block`.
-    let nb = cols / QK as u32;
-    let mut b = warp_id();
-    while b < nb {
-        let c = (b * QK as u32 + lane()) as usize;
-        let v = unsafe { *x.add(row + c) } * inv * unsafe { *w.add(c) };
-        unsafe {
-            *out.add(row + c) = v;
-            quantize_block(v, xq.add(row + c), xds.add(2 * (block_idx() * nb + b) as usize));
+    let v = unsafe { load_chunks(x.add(row), cols) };
+    unsafe { norm_q8_chunks(v, w, out.add(row), xq.add(row), xds.add(row / 16), cols, eps) }
+}
+
+/// Normalizes one row held as [`Chunks`] and writes it as f32 and as Q8_1 blocks. A 32-element
+/// block is the chunks of 8 neighbouring lanes (block_dim is a multiple of 32, so a group never
+/// straddles warps), reduced with 3 butterfly rounds; the arithmetic per element is
+/// [`quantize_block`](crate::kernels::matvec::quantize_block)'s.
+#[inline(always)]
+unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+    let ss: f32 = v.iter().flatten().map(|a| a * a).sum();
+    let inv = rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps);
+    let w = unsafe { load_chunks(w, cols) };
+    unroll::<ROW_CHUNKS>(|k| {
+        let j = thread_idx() + k as u32 * block_dim();
+        let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
+        // Every lane joins the butterflies (a group past the row reduces zeros).
+        let amax = lane_group_max(y.iter().fold(0f32, |m, a| m.max(a.abs())), 8);
+        let d = amax / 127.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        let codes = y.map(|a| round_half_away_to_i32(a * id).clamp(-127, 127));
+        let sum = lane_group_sum(codes.iter().map(|&c| c as f32).sum(), 8);
+        if j < cols / 4 {
+            let at = 4 * j as usize;
+            let packed = codes.iter().enumerate().fold(0u32, |p, (e, &c)| p | ((c as u8 as u32) << (8 * e)));
+            unsafe {
+                st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
+                *(xq.add(at) as *mut u32) = packed;
+                if j % 8 == 0 {
+                    *xds.add(at / 16) = f16_round(d);
+                    *xds.add(at / 16 + 1) = f16_round(d * sum);
+                }
+            }
         }
-        b += block_dim() / WARP;
-    }
+    });
 }
 
 /// Per-head RMSNorm then RoPE (Qwen3's QK-norm): block `r` normalizes head row `r` of `x`
@@ -138,22 +183,56 @@ pub unsafe fn softmax<P: TargetPolicy>(x: *const f32, out: *mut f32, cols: u32) 
     }
 }
 
-/// Index of the largest element of each row (`cols`) into `out[row]`: the first one on ties,
-/// NaN never chosen, 0 when no element exceeds −∞ (the CPU backend's rule). Greedy decoding
-/// then moves one u32 per token to the host instead of the logits row. Scratch: two words per warp.
-pub unsafe fn argmax<P: TargetPolicy>(x: *const f32, out: *mut u32, cols: u32) {
-    let scratch: *mut u32 = shared_mem();
-    let row = block_idx() as usize * cols as usize;
+/// Row argmax, pass 1: block `b` of row `block_idx_y()` reduces the row's elements
+/// `b·block_dim + thread + k·grid_dim·block_dim` to one (value bits, index) pair in
+/// `part[row × grid_dim + b]`. A vocabulary row (150k logits) spread over a grid is read in a
+/// few microseconds; one block walking it alone took ~240 µs. Scratch: two words per warp.
+/// Launch: [`launch::argmax_blocks`](crate::kernels::launch::argmax_blocks).
+pub unsafe fn argmax_blocks<P: TargetPolicy>(x: *const f32, part: *mut u32, cols: u32) {
+    let row = block_idx_y() as usize * cols as usize;
     let mut best = (f32::NEG_INFINITY, u32::MAX);
-    let mut c = thread_idx();
+    let mut c = block_idx() * block_dim() + thread_idx();
     while c < cols {
         let v = unsafe { *x.add(row + c as usize) };
         if v > best.0 {
             best = (v, c);
         }
-        c += block_dim();
+        c += grid_dim() * block_dim();
     }
-    best = warp_argmax(best);
+    let best = unsafe { block_argmax(best) };
+    if thread_idx() == 0 {
+        let at = 2 * (block_idx_y() * grid_dim() + block_idx()) as usize;
+        unsafe {
+            *part.add(at) = best.0.to_bits();
+            *part.add(at + 1) = best.1;
+        }
+    }
+}
+
+/// Row argmax, pass 2: `out[row]` = the index of the best of the row's `parts` pairs from
+/// [`argmax_blocks`]: the first index of the maximum, NaN never chosen, 0 when no element exceeds
+/// −∞ (the CPU backend's rule). Greedy decoding then moves one u32 per token to the host.
+/// Launch: [`launch::argmax_merge`](crate::kernels::launch::argmax_merge).
+pub unsafe fn argmax_merge<P: TargetPolicy>(part: *const u32, out: *mut u32, parts: u32) {
+    let row = block_idx_y();
+    let mut best = (f32::NEG_INFINITY, u32::MAX);
+    let mut b = thread_idx();
+    while b < parts {
+        let at = 2 * (row * parts + b) as usize;
+        best = better(best, unsafe { (f32::from_bits(*part.add(at)), *part.add(at + 1)) });
+        b += block_dim();
+    }
+    let best = unsafe { block_argmax(best) };
+    if thread_idx() == 0 {
+        unsafe { *out.add(row as usize) = if best.1 == u32::MAX { 0 } else { best.1 } };
+    }
+}
+
+/// The best (value, index) pair of the block, valid in thread 0; two words of scratch per warp.
+#[inline(always)]
+unsafe fn block_argmax(best: (f32, u32)) -> (f32, u32) {
+    let scratch: *mut u32 = shared_mem();
+    let mut best = warp_argmax(best);
     if lane() == 0 {
         unsafe {
             *scratch.add(2 * warp_id() as usize) = best.0.to_bits();
@@ -166,8 +245,8 @@ pub unsafe fn argmax<P: TargetPolicy>(x: *const f32, out: *mut u32, cols: u32) {
             let other = unsafe { (f32::from_bits(*scratch.add(2 * w as usize)), *scratch.add(2 * w as usize + 1)) };
             best = better(best, other);
         }
-        unsafe { *out.add(block_idx() as usize) = if best.1 == u32::MAX { 0 } else { best.1 } };
     }
+    best
 }
 
 /// The larger of two (value, index) candidates; the lower index on equal values.

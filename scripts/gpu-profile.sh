@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the `device` tool): where a decode step's time goes. Carried in:
+# .gpu/{kiln,xtask}.xz (scripts/gpu-pack.sh bench). Arguments: presets `preset:quant`
+# (default qwen3-8b:q4_0). Writes per-kernel GPU time of decode steps (nsys when the machine has
+# it, else ncu over eager launches) and the graph-replayed step time to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT" /tmp/kb /tmp/m
+for b in kiln xtask; do xz -dc .gpu/$b.xz > /tmp/kb/$b && chmod +x /tmp/kb/$b; done
+echo "commit $(cat .gpu/COMMIT)"
+for spec in ${@:-qwen3-8b:q4_0}; do
+  f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
+  [ -f "$f" ] || /tmp/kb/xtask gen-model --preset "${spec%%:*}" --quant "${spec##*:}" --out "$f" 2>&1 | tail -1
+  tag=${spec//:/-}
+  /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 128 --temp 0 --device cuda --json > "$OUT/$tag-gen.json" 2>/dev/null
+  python3 -c "import json,sys; print('$tag', json.load(open('$OUT/$tag-gen.json')).get('timings'))"
+  NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$NSYS" ]; then
+    "$NSYS" profile -q --cuda-graph-trace=node -t cuda -o /tmp/$tag -f true /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 64 --temp 0 --device cuda > /dev/null 2>&1
+    "$NSYS" stats -q --report cuda_gpu_trace --format csv -o /tmp/$tag /tmp/$tag.nsys-rep > /dev/null 2>&1
+    ls /tmp/$tag*
+    cp /tmp/${tag}_cuda_gpu_trace.csv "$OUT/$tag-trace.csv" 2>/dev/null
+  else
+    echo "no nsys; ncu over eager launches"
+    KILN_CUDA_GRAPHS=0 timeout 400 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 1200 \
+      /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 16 --temp 0 --device cuda > "$OUT/$tag-ncu.csv" 2>/dev/null
+  fi
+done
+ls -la "$OUT"
