@@ -12,8 +12,11 @@ for spec in ${@:-qwen3-8b:q4_0}; do
   f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
   [ -f "$f" ] || /tmp/kb/xtask gen-model --preset "${spec%%:*}" --quant "${spec##*:}" --out "$f" 2>&1 | tail -1
   tag=${spec//:/-}
-  /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 128 --temp 0 --device cuda --json > "$OUT/$tag-gen.json" 2>/dev/null
-  python3 -c "import json,sys; print('$tag', json.load(open('$OUT/$tag-gen.json')).get('timings'))"
+  # Decode speed with and without programmatic dependent launch; the tokens must agree.
+  for pdl in 1 0 1; do
+    KILN_PDL=$pdl /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 128 --temp 0 --device cuda --json > "$OUT/$tag-gen$pdl.json" 2>/dev/null
+    python3 -c "import json; j=json.load(open('$OUT/$tag-gen$pdl.json')); t=j.get('timings'); print('$tag pdl=$pdl', round(t['decode_tps'],1), 'tok/s decode', hash(tuple(j.get('tokens') or j.get('completion_ids') or [])))"
+  done
   NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
   if [ -n "$NSYS" ]; then
     "$NSYS" profile -q --cuda-graph-trace=node -t cuda -o /tmp/$tag -f true /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 64 --temp 0 --device cuda > /dev/null 2>&1

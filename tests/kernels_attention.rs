@@ -107,9 +107,18 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let args = [qb.arg(), kb.arg(), vb.arg(), part.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(ctx32), Arg::F32(scale)];
     dev.launch(names::kiln_attention_chunks, dims, &args);
     let dims = dev.shapes().attention_combine(h32, c.head_dim, c.n);
-    dev.launch(names::kiln_attention_combine, dims, &[part.arg(), ob.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.head_dim), Arg::U32(ctx32)]);
+    let width = n * heads * hd;
+    let (xq, xds) = (poisoned::<i8>(dev, width, 0x80), poisoned::<f32>(dev, width / 16, 0xff));
+    dev.launch(names::kiln_attention_combine, dims, &[part.arg(), ob.arg(), xq.arg(), xds.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.head_dim), Arg::U32(ctx32)]);
     let out = download::<f32>(dev, &ob);
     check_written(dev, "attention", &out)?;
+    // Its Q8_1 blocks are what quantize_q8_1 makes of the output, bit for bit.
+    let (q_ref, ds_ref) = (poisoned::<i8>(dev, width, 0x80), poisoned::<f32>(dev, width / 16, 0xff));
+    let row = (heads * hd) as u32;
+    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(row, c.n), &[ob.arg(), q_ref.arg(), ds_ref.arg(), Arg::U32(row)]);
+    prop_assert!(download::<i8>(dev, &xq) == download::<i8>(dev, &q_ref), "{}: Q8_1 codes of the output", dev.label());
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    prop_assert!(bits(download::<f32>(dev, &xds)) == bits(download::<f32>(dev, &ds_ref)), "{}: Q8_1 scales of the output", dev.label());
 
     // References over the history only (`total` positions per head), so a huge cache costs nothing.
     let k16 = r::f16_values(&history(&download::<u16>(dev, &kb), max_ctx, total, hd));

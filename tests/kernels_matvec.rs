@@ -89,10 +89,18 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     };
     let all = dev.shapes().matvec(rows as u32, n as u32);
     let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
-    let args = [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
-    dev.launch(entry, dims, &args);
+    let args = |y: &common::Buf, acc: u32| [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32), Arg::U32(acc)];
+    dev.launch(entry, dims, &args(&y_b, 0));
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec output", &y)?;
+    // acc = 1 adds into a residual: each output is `residual + y`, bit for bit.
+    let residual = g.activations(n, rows);
+    let acc_b = upload(dev, &residual);
+    dev.launch(entry, dims, &args(&acc_b, 1));
+    let summed = download::<f32>(dev, &acc_b);
+    if let Some(i) = summed.iter().zip(residual.iter().zip(&y)).position(|(s, (r, v))| s.to_bits() != (r + v).to_bits()) {
+        prop_assert!(false, "{}: acc = 1, output {i}: {} vs residual {} + {}", dev.label(), summed[i], residual[i], y[i]);
+    }
 
     let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);
     // f32 sums over blocks that may cancel: bounded relative to the sum of |block dots|.

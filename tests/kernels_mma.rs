@@ -58,12 +58,12 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let args = |y: &common::Buf| [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
     let dims = dev.shapes().mma(rows as u32, n as u32, qs_words);
-    dev.launch(mma, dims, &[&args(&y_b)[..], &[Arg::U32(n as u32)]].concat());
+    dev.launch(mma, dims, &[&args(&y_b)[..], &[Arg::U32(n as u32)]].concat()); // n: the GEMM's last parameter
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "mma output", &y)?;
 
     let mv_b = poisoned::<f32>(dev, n * rows, 0xff);
-    dev.launch(matvec, dev.shapes().matvec(rows as u32, n as u32), &args(&mv_b));
+    dev.launch(matvec, dev.shapes().matvec(rows as u32, n as u32), &[&args(&mv_b)[..], &[Arg::U32(0)]].concat()); // acc = 0
     let mv = download::<f32>(dev, &mv_b);
 
     let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);

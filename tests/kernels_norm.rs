@@ -204,9 +204,90 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
     Ok(())
 }
 
+#[derive(Clone, Debug)]
+struct RopeStoreCase {
+    n: u32,
+    kv_heads: u32,
+    group: u32,
+    head_dim: u32,
+    partial: bool,
+    neox: bool,
+    norm: bool,
+    pos0: u32,
+    seed: u64,
+}
+
+fn rope_store_case() -> impl Strategy<Value = RopeStoreCase> {
+    let head_dim = prop::sample::select(vec![2u32, 8, 64, 128, 256, 6]);
+    (1..=3u32, 1..=3u32, 1..=4u32, head_dim, any::<bool>(), any::<bool>(), any::<bool>(), 0..300u32, seed()).prop_map(
+        |(n, kv_heads, group, head_dim, partial, neox, norm, pos0, seed)| RopeStoreCase {
+            n,
+            kv_heads,
+            group,
+            head_dim,
+            partial: partial && head_dim % 4 == 0,
+            neox,
+            norm,
+            pos0,
+            seed,
+        },
+    )
+}
+
+/// `rope_store` writes, bit for bit, what `rms_norm_rope` (or `rope` without QK-norm) of q and
+/// k, then `kv_store` of k and v write; cache slots of other positions keep their poison.
+fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseError> {
+    let (n, kvh, hd) = (c.n as usize, c.kv_heads as usize, c.head_dim as usize);
+    let heads = kvh * c.group as usize;
+    let (max_ctx, rot) = (c.pos0 as usize + n + 3, if c.partial { c.head_dim / 2 } else { c.head_dim });
+    let mut g = Gen::new(c.seed);
+    let (q, k, v) = (g.activations(n * heads, hd), g.activations(n * kvh, hd), g.activations(n * kvh, hd));
+    let (qn, kn): (Vec<f32>, Vec<f32>) = ((0..hd).map(|_| g.normal() + 0.5).collect(), (0..hd).map(|_| g.normal() + 0.5).collect());
+    let (qb, kb, vb, qnb, knb, pos) = (upload(dev, &q), upload(dev, &k), upload(dev, &v), upload(dev, &qn), upload(dev, &kn), upload(dev, &[c.pos0]));
+    let (eps, log2_base, neox) = (Arg::F32(1e-6), Arg::F32(1e6f32.log2()), Arg::U32(c.neox as u32));
+    let (hd32, rot32, ctx32) = (Arg::U32(c.head_dim), Arg::U32(rot), Arg::U32(max_ctx as u32));
+    // Reference: the separate kernels.
+    let positioned = |dev: &mut dyn Device, x: &[f32], w: common::Buf, hs: usize| {
+        let rows = x.len() / hd;
+        if c.norm {
+            let (xb, out) = (upload(dev, x), poisoned::<f32>(dev, x.len(), 0xff));
+            let args = [xb.arg(), w.arg(), out.arg(), Arg::U32(hs as u32), hd32, rot32, pos.arg(), log2_base, neox, eps];
+            dev.launch(names::kiln_rms_norm_rope, dev.shapes().per_row(rows as u32), &args);
+            out
+        } else {
+            let out = upload(dev, x);
+            let threads = rows as u32 * rot / 2;
+            let args = [out.arg(), Arg::U32(hs as u32), hd32, rot32, pos.arg(), log2_base, neox, Arg::U32(threads)];
+            dev.launch(names::kiln_rope, dev.shapes().flat(threads), &args);
+            out
+        }
+    };
+    let q_ref = positioned(dev, &q, qnb, heads);
+    let k_ref = positioned(dev, &k, knb, kvh);
+    let cache_len = kvh * max_ctx * hd;
+    let (kc_ref, vc_ref) = (poisoned::<u16>(dev, cache_len, 0xff), poisoned::<u16>(dev, cache_len, 0xff));
+    let threads = (n * kvh * hd) as u32;
+    let args = [k_ref.arg(), vb.arg(), kc_ref.arg(), vc_ref.arg(), Arg::U32(c.kv_heads), hd32, ctx32, pos.arg(), Arg::U32(threads)];
+    dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
+    // The fused launch.
+    let (q_out, kc, vc) = (poisoned::<f32>(dev, n * heads * hd, 0xff), poisoned::<u16>(dev, cache_len, 0xff), poisoned::<u16>(dev, cache_len, 0xff));
+    let args = [
+        qb.arg(), kb.arg(), vb.arg(), qnb.arg(), knb.arg(), q_out.arg(), kc.arg(), vc.arg(),
+        Arg::U32(heads as u32), Arg::U32(c.kv_heads), hd32, rot32, ctx32, pos.arg(), log2_base, neox, Arg::U32(c.norm as u32), eps,
+    ];
+    dev.launch(names::kiln_rope_store, dev.shapes().rope_store(heads as u32, c.kv_heads, c.n), &args);
+    let label = dev.label();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    prop_assert!(bits(download::<f32>(dev, &q_out)) == bits(download::<f32>(dev, &q_ref)), "{}: queries differ", label);
+    prop_assert!(download::<u16>(dev, &kc) == download::<u16>(dev, &kc_ref), "{}: key cache differs", label);
+    prop_assert!(download::<u16>(dev, &vc) == download::<u16>(dev, &vc_ref), "{}: value cache differs", label);
+    Ok(())
+}
+
 kernel_properties! {
     host_add_rms_norm_q8, gpu_add_rms_norm_q8: row_case() => add_rms_norm_q8;
     host_rms_norm_rope, gpu_rms_norm_rope: norm_rope_case() => rms_norm_rope;
+    host_rope_store, gpu_rope_store: rope_store_case() => rope_store;
     host_rms_norm_q8, gpu_rms_norm_q8: row_case() => rms_norm_q8;
     host_argmax, gpu_argmax: row_case() => argmax;
     host_rms_norm, gpu_rms_norm: row_case() => rms_norm;

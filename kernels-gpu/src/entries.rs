@@ -80,6 +80,11 @@ macro_rules! kernel_table {
             $( pub const $name: &str = stringify!($name); )*
             /// Every entry a module must export.
             pub const ALL: &[&str] = &[$( stringify!($name) ),*];
+            /// Parameters of entry `name` (a launch passes exactly these).
+            pub fn param_count(name: &str) -> Option<usize> {
+                $( if name == stringify!($name) { return Some([$(stringify!($arg)),*].len()); } )*
+                None
+            }
         }
         /// Runs entry `name` on the host grid executor, instantiated for policy `Pol`, with the
         /// argument list checked against the entry's parameters: the host twin of a GPU launch,
@@ -116,6 +121,13 @@ macro_rules! kernel_table {
             #[unsafe(no_mangle)]
             #[allow(non_snake_case, clippy::too_many_arguments)]
             pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) {
+                // Programmatic dependent launch: the host may start this grid while the
+                // previous one still runs. Wait for it before touching memory, then let the
+                // next grid begin launching (it waits in turn), so launches overlap execution.
+                if <P as policies::TargetPolicy>::HAS_PDL {
+                    crate::device::grid_dep_wait();
+                    crate::device::grid_dep_launch_dependents();
+                }
                 unsafe { $($body)::+::<P $(, $fmt)*>($($arg),*) }
             }
         )*
@@ -124,9 +136,9 @@ macro_rules! kernel_table {
 
 kernel_table! {
     kiln_quantize_q8_1 = matvec::quantize_q8_1 [] (x: *const f32, xq: *mut i8, xds: *mut f32, cols: u32);
-    kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
+    kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
+    kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
     kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
     kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
     kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
@@ -143,6 +155,7 @@ kernel_table! {
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, eps: f32);
+    kiln_rope_store = norm::rope_store [] (q: *const f32, k: *const f32, v: *const f32, q_norm: *const f32, k_norm: *const f32, q_out: *mut f32, k_cache: *mut u16, v_cache: *mut u16, heads: u32, kv_heads: u32, head_dim: u32, rot_dim: u32, max_ctx: u32, pos: *const u32, log2_base: f32, neox: u32, norm: u32, eps: f32);
     kiln_add_rms_norm_q8 = norm::add_rms_norm_q8 [] (x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_argmax_blocks = norm::argmax_blocks [] (x: *const f32, part: *mut u32, cols: u32);
     kiln_argmax_merge = norm::argmax_merge [] (part: *const u32, out: *mut u32, parts: u32);
@@ -156,5 +169,5 @@ kernel_table! {
     kiln_embed_f16 = ew::embed_f16 [] (table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_kv_store = ew::kv_store [] (k: *const f32, v: *const f32, k_cache: *mut u16, v_cache: *mut u16, kv_heads: u32, head_dim: u32, max_ctx: u32, pos: *const u32, threads: u32);
     kiln_attention_chunks = attention::attention_chunks [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
-    kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
+    kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
 }

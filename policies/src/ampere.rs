@@ -13,6 +13,7 @@ impl TargetPolicy for Ampere {
     const HAS_LDMATRIX: bool = true;
     const HAS_WGMMA: bool = false;
     const HAS_TMA: bool = false;
+    const HAS_PDL: bool = false;
     const MAX_SMEM_PER_BLOCK: u32 = 163 * 1024;
 
     const MATVEC_WARPS: u32 = 4;

@@ -14,6 +14,7 @@ impl TargetPolicy for Hopper {
     const HAS_LDMATRIX: bool = true;
     const HAS_WGMMA: bool = false;
     const HAS_TMA: bool = false;
+    const HAS_PDL: bool = true;
     const MAX_SMEM_PER_BLOCK: u32 = 227 * 1024;
 
     const MATVEC_WARPS: u32 = 4;

@@ -58,6 +58,10 @@ pub trait TargetPolicy: 'static {
     const HAS_LDMATRIX: bool;
     const HAS_WGMMA: bool;
     const HAS_TMA: bool;
+    /// Programmatic dependent launch (`griddepcontrol`, sm_90+): a kernel may be launched
+    /// while its predecessor in the stream still runs, and waits for it on the device, so
+    /// launch latency overlaps the previous kernel instead of adding to every decode node.
+    const HAS_PDL: bool;
     /// Shared memory one block may ask for (bytes, after opting in).
     const MAX_SMEM_PER_BLOCK: u32;
 

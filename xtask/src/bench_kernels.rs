@@ -128,7 +128,7 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
         gpu.launch(
             kernel_name::<F>(),
             dims,
-            &[w.qs[k].arg(), w.scales[k].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)],
+            &[w.qs[k].arg(), w.scales[k].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32), Arg::U32(0)],
         )
     };
     launch(0)?;
@@ -209,7 +209,7 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
     let sh = gpu.shapes();
     let (t32, r32, c32) = (tokens as u32, rows as u32, cols as u32);
     gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(c32, t32), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)])?;
-    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32)];
+    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(0)];
     let gemm_args = [&args[..], &[Arg::U32(t32)]].concat();
     let gemm = match F::GGUF_BYTES {
         18 => names::kiln_mma_q4_0,

@@ -132,6 +132,42 @@ impl Cuda {
         self.step_arg(0, &[to_u32(pos, "position")?])
     }
 
+    /// Split-KV attention of `q` over `layer` of the cache (already holding this step's keys
+    /// and values): pass 1 into a scratch of partials, pass 2 into the output.
+    fn attend_cached(&self, cache: &CudaKvCache, layer: usize, q: &CudaTensor, pos_d: Arg, attn: &Attention) -> Result<CudaTensor> {
+        let sh = self.gpu.shapes();
+        let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
+        let (tokens, max_ctx) = (to_u32(q.rows, "tokens")?, to_u32(cache.spec.max_seq, "context")?);
+        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
+        self.gpu.launch(
+            names::kiln_attention_chunks,
+            sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
+            &[
+                q.arg(),
+                cache.k[layer].arg(),
+                cache.v[layer].arg(),
+                scratch.arg(),
+                pos_d,
+                Arg::U32(heads),
+                Arg::U32(kv_heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
+                Arg::F32(attn.scale),
+            ],
+        )?;
+        let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
+        // The output projection reads Q8_1 activations: emit them here (not in f32 mode).
+        let q8 = if self.f32_activations { None } else { Some(self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?) };
+        let (xq, xds) = q8.as_ref().map_or((Arg::Ptr(0), Arg::Ptr(0)), |(a, b)| (a.arg(), b.arg()));
+        self.gpu.launch(
+            names::kiln_attention_combine,
+            sh.attention_combine(heads, head_dim, tokens),
+            &[scratch.arg(), out.arg(), xq, xds, pos_d, Arg::U32(heads), Arg::U32(head_dim), Arg::U32(max_ctx)],
+        )?;
+        out.q8 = q8.map(Box::new);
+        Ok(out)
+    }
+
     /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
     /// quantized here.
     fn with_q8<T>(&self, x: &CudaTensor, f: impl FnOnce(Arg, Arg) -> Result<T>) -> Result<T> {
@@ -237,6 +273,28 @@ fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols
         ty.name()
     );
     Ok(Storage::Split { ty, qs: gpu.upload(&qs)?, scales: gpu.upload(&scales)? })
+}
+
+/// The shapes an attention step needs: cache layer and room, head layout the kernels take,
+/// and q/k/v widths. Returns the cache's spec.
+fn check_attention(cache: &CudaKvCache, layer: usize, q: &CudaTensor, k: &CudaTensor, v: &CudaTensor, pos: usize, attn: &Attention) -> Result<KvSpec> {
+    let spec = cache.spec;
+    let n = q.rows;
+    ensure!(layer < spec.n_layer, "attention: layer {layer} of {}", spec.n_layer);
+    ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
+    ensure!(
+        attn.head_dim.is_multiple_of(32) && attn.head_dim <= MAX_HEAD_DIM as usize,
+        "head_dim {} unsupported on the GPU (multiple of 32, ≤ {MAX_HEAD_DIM})",
+        attn.head_dim
+    );
+    ensure!(attn.head_dim == spec.head_dim && attn.n_kv_head == spec.n_kv_head, "attention: heads do not match the cache's");
+    let kv_width = spec.n_kv_head * spec.head_dim;
+    ensure!(
+        q.cols == attn.n_head * attn.head_dim && k.rows == n && v.rows == n && k.cols == kv_width && v.cols == kv_width,
+        "attention: q is {}x{}, k {}x{}, v {}x{} for {} heads and {} KV heads of {}",
+        q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, attn.n_head, attn.n_kv_head, attn.head_dim
+    );
+    Ok(spec)
 }
 
 /// Rows the register-resident Q8_1-emitting norms take (wider rows: norm, then quantize).
@@ -397,7 +455,7 @@ impl Backend for Cuda {
                         let dims = sh.mma(w.rows as u32, n, qs_words as u32);
                         self.gpu.launch(g, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(n)])
                     }
-                    None => self.gpu.launch(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols]),
+                    None => self.gpu.launch(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(0)]),
                 })?;
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
@@ -515,21 +573,12 @@ impl Backend for Cuda {
         pos: usize,
         attn: &Attention,
     ) -> Result<CudaTensor> {
-        let spec = cache.spec;
-        let n = q.rows;
-        ensure!(layer < spec.n_layer, "attention: layer {layer} of {}", spec.n_layer);
-        ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
-        ensure!(
-            attn.head_dim.is_multiple_of(32) && attn.head_dim <= MAX_HEAD_DIM as usize,
-            "head_dim {} unsupported on the GPU (multiple of 32, ≤ {MAX_HEAD_DIM})",
-            attn.head_dim
-        );
-        let sh = self.gpu.shapes();
+        let spec = check_attention(cache, layer, q, k, v, pos, attn)?;
         let pos_d = self.pos_arg(pos)?;
-        let store_threads = n * spec.n_kv_head * spec.head_dim;
+        let store_threads = q.rows * spec.n_kv_head * spec.head_dim;
         self.gpu.launch(
             names::kiln_kv_store,
-            sh.flat(store_threads as u32),
+            self.gpu.shapes().flat(store_threads as u32),
             &[
                 k.arg(),
                 v.arg(),
@@ -542,32 +591,84 @@ impl Backend for Cuda {
                 u32_arg(store_threads, "kv size")?,
             ],
         )?;
-        let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
-        let (tokens, max_ctx) = (to_u32(n, "tokens")?, to_u32(spec.max_seq, "context")?);
-        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
+        self.attend_cached(cache, layer, q, pos_d, attn)
+    }
+
+    fn rope_attention(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        q: CudaTensor,
+        k: CudaTensor,
+        v: &CudaTensor,
+        qk_norm: Option<(&CudaWeight, &CudaWeight, f32)>,
+        pos: usize,
+        rope: &Rope,
+        attn: &Attention,
+    ) -> Result<CudaTensor> {
+        let spec = check_attention(cache, layer, &q, &k, v, pos, attn)?;
+        ensure!(rope.head_dim == attn.head_dim && rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim, "rope: bad head layout");
+        let (norms, eps) = match qk_norm {
+            Some((qn, kn, eps)) => {
+                let (Storage::F32(qw), Storage::F32(kw)) = (&qn.storage, &kn.storage) else { bail!("norm weights {}, {} must be f32", qn.name, kn.name) };
+                ensure!(qn.cols == attn.head_dim && kn.cols == attn.head_dim, "norm {}: {} wide, heads are {}", qn.name, qn.cols, attn.head_dim);
+                (Some((qw.arg(), kw.arg())), eps)
+            }
+            None => (None, 0.0),
+        };
+        let pos_d = self.pos_arg(pos)?;
+        let (heads, kv_heads) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?);
+        let q_out = self.tensor(q.rows, q.cols)?;
+        let (qw, kw) = norms.unwrap_or((Arg::Ptr(0), Arg::Ptr(0)));
         self.gpu.launch(
-            names::kiln_attention_chunks,
-            sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
+            names::kiln_rope_store,
+            self.gpu.shapes().rope_store(heads, kv_heads, to_u32(q.rows, "tokens")?),
             &[
                 q.arg(),
+                k.arg(),
+                v.arg(),
+                qw,
+                kw,
+                q_out.arg(),
                 cache.k[layer].arg(),
                 cache.v[layer].arg(),
-                scratch.arg(),
-                pos_d,
                 Arg::U32(heads),
                 Arg::U32(kv_heads),
-                Arg::U32(head_dim),
-                Arg::U32(max_ctx),
-                Arg::F32(attn.scale),
+                u32_arg(rope.head_dim, "head_dim")?,
+                u32_arg(rope.rot_dim, "rot_dim")?,
+                u32_arg(spec.max_seq, "context")?,
+                pos_d,
+                Arg::F32(rope.freq_base.log2()),
+                Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
+                Arg::U32(u32::from(norms.is_some())),
+                Arg::F32(eps),
             ],
         )?;
-        let out = self.tensor(n, attn.n_head * attn.head_dim)?;
-        self.gpu.launch(
-            names::kiln_attention_combine,
-            sh.attention_combine(heads, head_dim, tokens),
-            &[scratch.arg(), out.arg(), pos_d, Arg::U32(heads), Arg::U32(head_dim), Arg::U32(max_ctx)],
-        )?;
-        Ok(out)
+        self.attend_cached(cache, layer, &q_out, pos_d, attn)
+    }
+
+    fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
+        let sh = self.gpu.shapes();
+        let n = a.rows as u32;
+        let k = match &w.storage {
+            Storage::Split { ty, .. } if !self.f32_activations && n < sh.gemm_min_tokens() => match ty {
+                GgmlType::Q4_0 => names::kiln_matvec_q4_0,
+                GgmlType::Q4_1 => names::kiln_matvec_q4_1,
+                _ => names::kiln_matvec_q8_0,
+            },
+            // The GEMM, f32-activation and f16 paths write a fresh output; add it separately.
+            _ => {
+                let y = self.matmul(a, w)?;
+                return self.add_assign(x, &y);
+            }
+        };
+        let Storage::Split { qs, scales, .. } = &w.storage else { unreachable!("matched above") };
+        ensure!(a.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", a.cols, w.name, w.cols);
+        ensure!(x.rows == a.rows && x.cols == w.rows, "matmul_add: residual is {}x{}, {} gives {}x{}", x.rows, x.cols, w.name, a.rows, w.rows);
+        x.q8 = None;
+        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
+        let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
+        self.with_q8(a, |xq, xds| self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq, xds, x.arg(), rows, cols, Arg::U32(1)]))
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {

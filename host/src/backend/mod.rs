@@ -144,6 +144,40 @@ pub trait Backend {
         attn: &Attention,
     ) -> Result<Self::Tensor>;
 
+    /// RoPE of `q` and `k` at positions `pos..` (after a per-head RMSNorm of each by
+    /// `qk_norm` = (query weight, key weight, eps) when given: Qwen3's QK-norm), then
+    /// [`Backend::attention`]. A backend may do the norms, rotations and the cache store in one pass.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        q: Self::Tensor,
+        k: Self::Tensor,
+        v: &Self::Tensor,
+        qk_norm: Option<(&Self::Weight, &Self::Weight, f32)>,
+        pos: usize,
+        rope: &Rope,
+        attn: &Attention,
+    ) -> Result<Self::Tensor> {
+        let (q, k) = match qk_norm {
+            Some((qn, kn, eps)) => (self.rms_norm_rope(&q, qn, eps, pos, rope)?, self.rms_norm_rope(&k, kn, eps, pos, rope)?),
+            None => {
+                let (mut q, mut k) = (q, k);
+                self.rope(&mut q, pos, rope)?;
+                self.rope(&mut k, pos, rope)?;
+                (q, k)
+            }
+        };
+        self.attention(cache, layer, &q, &k, v, pos, attn)
+    }
+
+    /// `x += a · wᵀ` (a projection into the residual stream); a backend may fuse the add.
+    fn matmul_add(&self, x: &mut Self::Tensor, a: &Self::Tensor, w: &Self::Weight) -> Result<()> {
+        let y = self.matmul(a, w)?;
+        self.add_assign(x, &y)
+    }
+
     /// One forward step over `tokens` at positions `pos..`: `run` issues the ops. A backend that
     /// can record work (CUDA graphs) may record a decode step once and replay the recording
     /// for later steps with the same cache and token count, feeding it the new tokens and

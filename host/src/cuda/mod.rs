@@ -6,7 +6,7 @@
 //! the stream, and launches with shapes from the same policy the module was compiled with.
 mod shapes;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use kernels_gpu::kernels::launch::Dims;
 use std::collections::HashMap;
@@ -85,6 +85,8 @@ impl<T> DBuf<T> {
 struct CudaImp {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Launch with programmatic stream serialization (the policy's `HAS_PDL`; `KILN_PDL=0` turns it off).
+    pdl: bool,
     _module: Arc<CudaModule>,
     functions: HashMap<&'static str, CudaFunction>,
 }
@@ -154,7 +156,8 @@ impl Gpu {
         let sms = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("{e:?}"))? as u32;
-        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
+        let pdl = shapes.pdl() && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
+        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, pdl, _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
     }
 
     /// The same runtime over the host grid executor, with kernels instantiated for policy `P`
@@ -380,6 +383,8 @@ impl Gpu {
             Imp::Cuda(c) => c,
         };
         let f = c.functions.get(kernel).ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
+        let want = kernels_gpu::entries::names::param_count(kernel);
+        ensure!(want == Some(args.len()), "{kernel}: {} arguments, the kernel table lists {want:?}", args.len());
         let cfg = LaunchConfig { grid_dim: (dims.grid_x, dims.grid_y, 1), block_dim: (dims.block, 1, 1), shared_mem_bytes: dims.shared_bytes };
         if dims.shared_bytes > 48 * 1024 {
             f.set_attribute(
@@ -387,6 +392,9 @@ impl Gpu {
                 dims.shared_bytes as i32,
             )
             .map_err(|e| anyhow!("{kernel}: cannot raise shared memory to {} bytes: {e:?}", dims.shared_bytes))?;
+        }
+        if c.pdl {
+            return unsafe { launch_pdl(f, &c.stream, &cfg, args) }.with_context(|| format!("launching {kernel} with {dims:?}"));
         }
         let mut b = c.stream.launch_builder(f);
         // The builder keeps the addresses of the values, which `args` holds until launch.
@@ -400,4 +408,47 @@ impl Gpu {
         // SAFETY: the argument list follows the kernel table; pointers are live device buffers.
         unsafe { b.launch(cfg) }.map(|_| ()).with_context(|| format!("launching {kernel} with {dims:?}"))
     }
+}
+
+/// Most parameters any kernel-table entry has.
+const MAX_ARGS: usize = 24;
+
+/// `cuLaunchKernelEx` with programmatic stream serialization allowed: the grid may start while
+/// the previous kernel on the stream runs; every entry waits for it (`griddepcontrol.wait`)
+/// before it touches memory. Stream capture records the edge, so graphs keep the overlap.
+///
+/// # Safety
+/// `args` must follow the entry's parameter list; pointers must be live device buffers.
+unsafe fn launch_pdl(f: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig, args: &[Arg]) -> Result<()> {
+    use cudarc::driver::sys;
+    use std::ffi::c_void;
+    ensure!(args.len() <= MAX_ARGS, "{} kernel arguments, at most {MAX_ARGS}", args.len());
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+    for (p, a) in params.iter_mut().zip(args) {
+        *p = match a {
+            Arg::Ptr(v) => v as *const u64 as *mut c_void,
+            Arg::U32(v) => v as *const u32 as *mut c_void,
+            Arg::F32(v) => v as *const f32 as *mut c_void,
+        };
+    }
+    // SAFETY: a zeroed attribute is a valid plain-data value; the id and its field are set below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: `params` points at values `args` keeps alive through the call.
+    let r = unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+    ensure!(r == sys::CUresult::CUDA_SUCCESS, "cuLaunchKernelEx: {r:?}");
+    Ok(())
 }

@@ -10,6 +10,8 @@ use std::marker::PhantomData;
 
 pub trait LaunchShapes: Send + Sync {
     fn policy(&self) -> &'static str;
+    /// Whether kernels of this policy wait for their predecessor on the device (`HAS_PDL`).
+    fn pdl(&self) -> bool;
     fn matvec(&self, rows: u32, n: u32) -> Dims;
     /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
@@ -22,6 +24,8 @@ pub trait LaunchShapes: Send + Sync {
     fn argmax_merge(&self, rows: u32) -> Dims;
     /// Register-resident norms emitting Q8_1 (`rms_norm_q8`, `add_rms_norm_q8`).
     fn norm_q8(&self, rows: u32, cols: u32) -> Dims;
+    /// The fused QK-norm + RoPE + KV-store launch of `n` tokens.
+    fn rope_store(&self, heads: u32, kv_heads: u32, n: u32) -> Dims;
     /// Quantized GEMM over weights with `qs_words` u32 of quants per block.
     fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
@@ -42,6 +46,9 @@ struct Shapes<P>(PhantomData<P>);
 impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn policy(&self) -> &'static str {
         P::NAME
+    }
+    fn pdl(&self) -> bool {
+        P::HAS_PDL
     }
     fn matvec(&self, rows: u32, n: u32) -> Dims {
         launch::matvec::<P>(rows, n)
@@ -64,6 +71,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn norm_q8(&self, rows: u32, cols: u32) -> Dims {
         launch::norm_q8::<P>(rows, cols)
+    }
+    fn rope_store(&self, heads: u32, kv_heads: u32, n: u32) -> Dims {
+        launch::rope_store::<P>(heads, kv_heads, n)
     }
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)

@@ -77,22 +77,6 @@ impl<B: Backend> SelfAttn<B> {
         Ok((q, k, v))
     }
 
-    /// Attends (appending k/v to the cache) and projects back to the residual width.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attend(
-        &self,
-        b: &B,
-        cache: &mut B::KvCache,
-        layer: usize,
-        q: &B::Tensor,
-        k: &B::Tensor,
-        v: &B::Tensor,
-        pos: usize,
-        c: &Config,
-    ) -> Result<B::Tensor> {
-        let a = b.attention(cache, layer, q, k, v, pos, &c.attention())?;
-        b.matmul(&a, &self.wo)
-    }
 }
 
 /// `down(silu(gate(x)) * up(x))`.
@@ -111,9 +95,10 @@ impl<B: Backend> SwiGlu<B> {
         })
     }
 
-    pub fn forward(&self, b: &B, h: &B::Tensor) -> Result<B::Tensor> {
+    /// `x += down(silu(gate(h)) * up(h))`: the feed-forward added into the residual stream.
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
         let act = b.matmul_swiglu(h, &self.gate, &self.up)?;
-        b.matmul(&act, &self.down)
+        b.matmul_add(x, &act, &self.down)
     }
 }
 
@@ -179,18 +164,13 @@ impl<B: Backend> DecoderBlock<B> {
 
     pub fn forward(&self, b: &B, cache: &mut B::KvCache, layer: usize, x: &mut B::Tensor, pos: usize, c: &Config) -> Result<()> {
         let h = b.rms_norm(x, &self.attn_norm, c.rms_eps)?;
-        let (mut q, mut k, v) = self.attn.qkv(b, &h)?;
-        if let Some((qn, kn)) = &self.qk_norm {
-            // The norm weights are head_dim long, so each head is normalized separately.
-            q = b.rms_norm_rope(&q, qn, c.rms_eps, pos, &c.rope)?;
-            k = b.rms_norm_rope(&k, kn, c.rms_eps, pos, &c.rope)?;
-        } else {
-            b.rope(&mut q, pos, &c.rope)?;
-            b.rope(&mut k, pos, &c.rope)?;
-        }
-        let a = self.attn.attend(b, cache, layer, &q, &k, &v, pos, c)?;
-        let h = b.add_rms_norm(x, &a, &self.ffn_norm, c.rms_eps)?;
-        b.add_assign(x, &self.ffn.forward(b, &h)?)
+        let (q, k, v) = self.attn.qkv(b, &h)?;
+        // The norm weights are head_dim long, so each head is normalized separately.
+        let qk_norm = self.qk_norm.as_ref().map(|(qn, kn)| (qn, kn, c.rms_eps));
+        let a = b.rope_attention(cache, layer, q, k, &v, qk_norm, pos, &c.rope, &c.attention())?;
+        b.matmul_add(x, &a, &self.attn.wo)?;
+        let h = b.rms_norm(x, &self.ffn_norm, c.rms_eps)?;
+        self.ffn.forward_add(b, x, &h)
     }
 }
 

@@ -411,6 +411,11 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
+/// Launches on the host executor run one after another: nothing to wait for.
+pub fn grid_dep_wait() {}
+
+pub fn grid_dep_launch_dependents() {}
+
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
     assert!(p as usize % 16 == 0, "st_v4: pointer {p:p} is not 16-byte aligned");
     for (i, w) in v.into_iter().enumerate() {

@@ -202,6 +202,21 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `griddepcontrol.wait`: blocks until the grids this one programmatically depends on have
+/// completed and their writes are visible (a no-op when launched without that dependency).
+/// sm_90+ only: callers check `TargetPolicy::HAS_PDL`.
+#[inline(always)]
+pub fn grid_dep_wait() {
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+}
+
+/// `griddepcontrol.launch_dependents`: lets the next programmatically dependent grid start
+/// launching once every block of this grid has issued it (or exited). sm_90+ only.
+#[inline(always)]
+pub fn grid_dep_launch_dependents() {
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+}
+
 /// `st.global.v4.u32`: one 16-byte store (the pointer must be 16-byte aligned).
 #[inline(always)]
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {

@@ -12,6 +12,7 @@
 //! device memory (`pos`), and splits past the causal end exit at once, so one recorded launch (a
 //! CUDA graph) serves every decode step up to the cache size.
 use crate::device::*;
+use crate::kernels::matvec::quantize_block;
 use core::f32::consts::LOG2_E;
 use policies::TargetPolicy;
 
@@ -178,9 +179,22 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
 
 /// Pass 2: `out[t, h]` (`n × heads × head_dim` f32) from the partials pass 1 wrote for the
 /// splits `0..ceil((*pos + t + 1) / span)` of token `t`, head `h`: warp `w` folds splits
-/// `w, w + warps, ...`, then the block merges the warps' partials.
+/// `w, w + warps, ...`, then the block merges the warps' partials. Unless `xq` is null, the
+/// output is also written as Q8_1 blocks (`xq`, `xds`, as `quantize_q8_1` writes them) for the
+/// output projection, which then needs no quantize launch: a warp emits 32 consecutive
+/// dimensions of one head, one whole block (`head_dim % 32 == 0`).
 /// Launch: [`launch::attention_combine`](crate::kernels::launch::attention_combine).
-pub unsafe fn attention_combine<P: TargetPolicy>(part: *const f32, out: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn attention_combine<P: TargetPolicy>(
+    part: *const f32,
+    out: *mut f32,
+    xq: *mut i8,
+    xds: *mut f32,
+    pos: *const u32,
+    heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+) {
     let (h, t) = (block_idx(), block_idx_y());
     let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
     let live = (unsafe { *pos } + t + 1).div_ceil(span);
@@ -203,7 +217,15 @@ pub unsafe fn attention_combine<P: TargetPolicy>(part: *const f32, out: *mut f32
     let smem: *mut f32 = shared_mem();
     unsafe {
         run.store(smem.add((warp_id() * rec_len) as usize), lane() == 0, per_lane, |j| lane() + WARP * j);
-        merge_slots(smem, P::ATTN_WARPS, 1, 1, head_dim, |_, d, _, l, a| *out.add(((t * heads + h) * head_dim + d) as usize) = a / l);
+        // `merge_slots` hands dimension d to thread d mod block_dim, in warp-uniform rounds
+        // (head_dim and block_dim are multiples of 32), so a warp holds one Q8_1 block.
+        merge_slots(smem, P::ATTN_WARPS, 1, 1, head_dim, |_, d, _, l, a| {
+            let i = ((t * heads + h) * head_dim + d) as usize;
+            *out.add(i) = a / l;
+            if !xq.is_null() {
+                quantize_block(a / l, xq.add(i), xds.add(2 * (i / 32)));
+            }
+        });
     }
 }
 

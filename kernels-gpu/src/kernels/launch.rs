@@ -86,6 +86,11 @@ pub const fn argmax_merge<P: TargetPolicy>(rows: u32) -> Dims {
     Dims { grid_x: 1, grid_y: rows, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
 }
 
+/// `rope_store`: one block per (query, key or value head, token), as [`per_row`] blocks.
+pub const fn rope_store<P: TargetPolicy>(heads: u32, kv_heads: u32, n: u32) -> Dims {
+    Dims { grid_x: heads + 2 * kv_heads, grid_y: n, ..per_row::<P>(1) }
+}
+
 /// One thread per element (or per pair, for RoPE).
 pub const fn flat<P: TargetPolicy>(threads: u32) -> Dims {
     Dims { grid_x: div_ceil(threads, P::ROW_THREADS), grid_y: 1, block: P::ROW_THREADS, shared_bytes: 0 }

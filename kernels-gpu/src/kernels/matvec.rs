@@ -58,7 +58,9 @@ unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8] {
 }
 
 /// `y` (`n × rows`) = `x` · Wᵀ with W (`rows × cols`) in split layout `F` (`qs` 16-byte aligned)
-/// and `x` already quantized by [`quantize_q8_1`]. Launch: [`launch::matvec`], or fewer blocks along
+/// and `x` already quantized by [`quantize_q8_1`]; with `acc != 0`, `y += x · Wᵀ` instead (a
+/// projection into the residual stream, the add costing no launch of its own; each `y[r]` gets
+/// the bits `add_assign` would give it). Launch: [`launch::matvec`], or fewer blocks along
 /// x (`launch::matvec_resident`): blocks stride over the row groups.
 ///
 /// [`launch::matvec`]: crate::kernels::launch::matvec
@@ -70,20 +72,22 @@ pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
     y: *mut f32,
     rows: u32,
     cols: u32,
+    acc: u32,
 ) {
     // Rows per warp and blocks in flight become const generics so the accumulators and the
     // loaded blocks are fixed-size register arrays (a run-time bound would spill them to local
     // memory).
     unsafe {
         match P::MATVEC_ROWS_PER_WARP {
-            1 => split_unrolled::<P, F, 1>(qs, scales, xq, xds, y, rows, cols),
-            2 => split_unrolled::<P, F, 2>(qs, scales, xq, xds, y, rows, cols),
-            _ => split_unrolled::<P, F, 4>(qs, scales, xq, xds, y, rows, cols),
+            1 => split_unrolled::<P, F, 1>(qs, scales, xq, xds, y, rows, cols, acc),
+            2 => split_unrolled::<P, F, 2>(qs, scales, xq, xds, y, rows, cols, acc),
+            _ => split_unrolled::<P, F, 4>(qs, scales, xq, xds, y, rows, cols, acc),
         }
     }
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
     qs: *const u32,
     scales: *const u8,
@@ -92,12 +96,13 @@ unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
     y: *mut f32,
     rows: u32,
     cols: u32,
+    acc: u32,
 ) {
     unsafe {
         match P::MATVEC_BLOCKS_IN_FLIGHT {
-            1 => matvec_split_tile::<P, F, R, 1>(qs, scales, xq, xds, y, rows, cols),
-            2 => matvec_split_tile::<P, F, R, 2>(qs, scales, xq, xds, y, rows, cols),
-            _ => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols),
+            1 => matvec_split_tile::<P, F, R, 1>(qs, scales, xq, xds, y, rows, cols, acc),
+            2 => matvec_split_tile::<P, F, R, 2>(qs, scales, xq, xds, y, rows, cols, acc),
+            _ => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols, acc),
         }
     }
 }
@@ -106,6 +111,7 @@ unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
 /// issued before the first dot product uses them, so a warp has `R·U·32` 16-byte weight loads
 /// outstanding instead of one row's worth.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, const U: usize>(
     qs: *const u32,
     scales: *const u8,
@@ -114,6 +120,7 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     y: *mut f32,
     rows: u32,
     cols: u32,
+    acc: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
@@ -129,7 +136,8 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
         let dots = unsafe { warp_dots::<F, R, U>(&w, x, nb) };
         for (r, s) in dots.iter().enumerate() {
             if lane() == 0 && w[r].live {
-                unsafe { *y.add(t * rows + row0 + r) = *s };
+                let out = unsafe { y.add(t * rows + row0 + r) };
+                unsafe { *out = if acc != 0 { *out + *s } else { *s } };
             }
         }
         group += grid_dim() as usize;

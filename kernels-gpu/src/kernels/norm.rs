@@ -90,9 +90,10 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *m
 /// [`quantize_block`](crate::kernels::matvec::quantize_block)'s.
 #[inline(always)]
 unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+    // The weights load before the reduction's barriers, so their latency overlaps it.
+    let w = unsafe { load_chunks(w, cols) };
     let ss: f32 = v.iter().flatten().map(|a| a * a).sum();
     let inv = rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps);
-    let w = unsafe { load_chunks(w, cols) };
     unroll::<ROW_CHUNKS>(|k| {
         let j = thread_idx() + k as u32 * block_dim();
         let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
@@ -135,22 +136,90 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
     eps: f32,
 ) {
     let row = block_idx() as usize * head_dim as usize;
-    let inv = unsafe { inv_rms(x.add(row), head_dim, eps) };
-    let normed = |c: u32| unsafe { *x.add(row + c as usize) } * inv * unsafe { *w.add(c as usize) };
     let p = unsafe { *pos } + block_idx() / heads;
-    let mut i = thread_idx();
-    while i < rot_dim / 2 {
-        let (a, b) = rope_pair(i, rot_dim, neox);
-        let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, log2_base);
-        unsafe {
-            *out.add(row + a as usize) = ra;
-            *out.add(row + b as usize) = rb;
+    let rope = HeadRope { rot_dim, log2_base, neox };
+    unsafe { norm_rope_head(x.add(row), head_dim, w, eps, p, Some(rope), |c, v| *out.add(row + c as usize) = v) };
+}
+
+/// The attention inputs of a step made ready in one launch: per-head RMSNorm of queries and
+/// keys (QK-norm, when `norm != 0`), RoPE of both at positions `*pos + t`, and keys and values
+/// appended to the f16 caches (`kv_heads × max_ctx × head_dim`). Block `(r, t)`: `r < heads` a
+/// query head (into `q_out`, f32), then `kv_heads` key heads (into `k_cache`), then `kv_heads`
+/// value heads (into `v_cache`, copied). Each value is computed as [`rms_norm_rope`] (or
+/// `rope`) then `kv_store` compute it; this replaces those three or four launches.
+/// Launch: [`launch::rope_store`](crate::kernels::launch::rope_store).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rope_store<P: TargetPolicy>(
+    q: *const f32,
+    k: *const f32,
+    v: *const f32,
+    q_norm: *const f32,
+    k_norm: *const f32,
+    q_out: *mut f32,
+    k_cache: *mut u16,
+    v_cache: *mut u16,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    max_ctx: u32,
+    pos: *const u32,
+    log2_base: f32,
+    neox: u32,
+    norm: u32,
+    eps: f32,
+) {
+    let (r, t) = (block_idx(), block_idx_y());
+    let p = unsafe { *pos } + t;
+    let rope = HeadRope { rot_dim, log2_base, neox };
+    let hd = head_dim as usize;
+    let w = |w: *const f32| if norm != 0 { w } else { core::ptr::null() };
+    if r < heads {
+        let row = (t * heads + r) as usize * hd;
+        unsafe { norm_rope_head(q.add(row), head_dim, w(q_norm), eps, p, Some(rope), |c, x| *q_out.add(row + c as usize) = x) };
+        return;
+    }
+    let (h, is_v) = ((r - heads) % kv_heads, r >= heads + kv_heads);
+    let src = unsafe { if is_v { v } else { k }.add((t * kv_heads + h) as usize * hd) };
+    let dst = unsafe { if is_v { v_cache } else { k_cache }.add(((h * max_ctx + p) * head_dim) as usize) };
+    let (w, rope) = if is_v { (core::ptr::null(), None) } else { (w(k_norm), Some(rope)) };
+    unsafe { norm_rope_head(src, head_dim, w, eps, p, rope, |c, x| *dst.add(c as usize) = f32_to_f16(x)) };
+}
+
+/// RoPE parameters of one head: its first `rot_dim` dims rotate (pairing and angles as
+/// [`rope`](crate::kernels::elementwise::rope)).
+#[derive(Clone, Copy)]
+struct HeadRope {
+    rot_dim: u32,
+    log2_base: f32,
+    neox: u32,
+}
+
+/// One head row `x` (`head_dim` long): RMSNorm scaled by `w` (none when `w` is null), then
+/// RoPE at position `p` (none when `rope` is `None`), each result handed to `store(dim, value)`.
+/// Every thread of the block must call (the norm's reduction).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn norm_rope_head(x: *const f32, head_dim: u32, w: *const f32, eps: f32, p: u32, rope: Option<HeadRope>, store: impl Fn(u32, f32)) {
+    let inv = if w.is_null() { 1.0 } else { unsafe { inv_rms(x, head_dim, eps) } };
+    let normed = |c: u32| {
+        let v = unsafe { *x.add(c as usize) };
+        if w.is_null() { v } else { v * inv * unsafe { *w.add(c as usize) } }
+    };
+    let rot_dim = rope.map_or(0, |r| r.rot_dim);
+    if let Some(r) = rope {
+        let mut i = thread_idx();
+        while i < rot_dim / 2 {
+            let (a, b) = rope_pair(i, rot_dim, r.neox);
+            let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, r.log2_base);
+            store(a, ra);
+            store(b, rb);
+            i += block_dim();
         }
-        i += block_dim();
     }
     let mut c = rot_dim + thread_idx();
     while c < head_dim {
-        unsafe { *out.add(row + c as usize) = normed(c) };
+        store(c, normed(c));
         c += block_dim();
     }
 }
