@@ -24,7 +24,7 @@ fn row_case() -> impl Strategy<Value = RowCase> {
 /// columns: several chunks each) and vocabulary-sized argmax rows (many pass-1 blocks).
 fn wide_row_case() -> impl Strategy<Value = RowCase> {
     let cols = prop_oneof![prop::sample::select(vec![4097u32, 8192, 16384]), 4097..=16384u32];
-    (1..=2u32, cols, any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+    (Just(1u32), cols, any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
 }
 
 /// Launch a per-row kernel whose output is `x`'s shape; returns the output.

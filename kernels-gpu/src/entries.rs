@@ -73,7 +73,9 @@ type P = policies::Hopper;
 type P = policies::SparkGb10;
 
 macro_rules! kernel_table {
-    ($( $name:ident = $($body:ident)::+ [$($fmt:ty),*] ( $($arg:ident : $ty:ty),* ); )*) => {
+    (@waits_itself) => { false };
+    (@waits_itself waits_itself) => { true };
+    ($( $name:ident = $($body:ident)::+ [$($fmt:ty),*] ( $($arg:ident : $ty:ty),* ) $($own:ident)?; )*) => {
         /// Entry names, one per row of the table.
         #[allow(non_upper_case_globals)]
         pub mod names {
@@ -124,9 +126,10 @@ macro_rules! kernel_table {
                 // Programmatic dependent launch: the host may start this grid while the
                 // previous one still runs. Wait for it before touching memory, then let the
                 // next grid begin launching (it waits in turn), so launches overlap execution.
-                if <P as policies::TargetPolicy>::HAS_PDL {
-                    crate::device::grid_dep_wait();
-                    crate::device::grid_dep_launch_dependents();
+                // Rows marked `waits_itself` first prefetch what does not depend on the
+                // previous grid (their weights), then call `pdl_wait` themselves.
+                if !kernel_table!(@waits_itself $($own)?) {
+                    crate::device::pdl_wait::<P>();
                 }
                 unsafe { $($body)::+::<P $(, $fmt)*>($($arg),*) }
             }
@@ -136,15 +139,15 @@ macro_rules! kernel_table {
 
 kernel_table! {
     kiln_quantize_q8_1 = matvec::quantize_q8_1 [] (x: *const f32, xq: *mut i8, xds: *mut f32, cols: u32);
-    kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
-    kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
-    kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32);
-    kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
-    kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
-    kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32);
-    kiln_matvec_swiglu_q4_0 = matvec::matvec_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_matvec_swiglu_q4_1 = matvec::matvec_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_matvec_swiglu_q8_0 = matvec::matvec_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_q4_0 = matvec::matvec_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_q4_1 = matvec::matvec_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_q8_0 = matvec::matvec_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
+    kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
+    kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q4_0 = matvec::matvec_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q4_1 = matvec::matvec_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_0 = matvec::matvec_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);

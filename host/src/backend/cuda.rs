@@ -432,7 +432,7 @@ impl Backend for Cuda {
                     GgmlType::Q4_1 => names::kiln_matvec_f32x_q4_1,
                     _ => names::kiln_matvec_f32x_q8_0,
                 };
-                let dims = sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count());
+                let dims = self.gpu.one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
                 self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols])?;
             }
             Storage::Split { ty, qs, scales } => {
@@ -455,7 +455,7 @@ impl Backend for Cuda {
                         let dims = sh.mma(w.rows as u32, n, qs_words as u32);
                         self.gpu.launch(g, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(n)])
                     }
-                    None => self.gpu.launch(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(0)]),
+                    None => self.gpu.launch(k, self.gpu.one_wave(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count())), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(0)]),
                 })?;
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
@@ -667,7 +667,7 @@ impl Backend for Cuda {
         ensure!(x.rows == a.rows && x.cols == w.rows, "matmul_add: residual is {}x{}, {} gives {}x{}", x.rows, x.cols, w.name, a.rows, w.rows);
         x.q8 = None;
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        let dims = sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count());
+        let dims = self.gpu.one_wave(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()));
         self.with_q8(a, |xq, xds| self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq, xds, x.arg(), rows, cols, Arg::U32(1)]))
     }
 
@@ -686,12 +686,12 @@ impl Backend for Cuda {
             }
         }
         let rows: Vec<u32> = ws.iter().map(|w| w.rows as u32).collect();
-        let dims = self.gpu.shapes().matvec_multi(&rows, x.rows as u32, self.gpu.sm_count());
         let k = match ty {
             GgmlType::Q4_0 => names::kiln_matvec3_q4_0,
             GgmlType::Q4_1 => names::kiln_matvec3_q4_1,
             _ => names::kiln_matvec3_q8_0,
         };
+        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_multi(&rows, x.rows as u32, self.gpu.sm_count()));
         self.with_q8(x, |xq, xds| {
             args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
             self.gpu.launch(k, dims, &args)
@@ -705,12 +705,12 @@ impl Backend for Cuda {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };
         let out = self.tensor(x.rows, gate.rows)?;
-        let dims = self.gpu.shapes().matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count());
         let k = match ty {
             GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,
             GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
             _ => names::kiln_matvec_swiglu_q8_0,
         };
+        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()));
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
         self.with_q8(x, |xq, xds| {
             self.gpu.launch(k, dims, &[gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, out.arg(), u32_arg(gate.rows, "rows")?, u32_arg(x.cols, "cols")?])

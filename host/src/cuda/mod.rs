@@ -371,6 +371,20 @@ impl Gpu {
         g.0.launch().map_err(|e| anyhow!("CUDA graph launch failed: {e:?}"))
     }
 
+    /// `dims` with its grid cut to one resident wave of `kernel` on this device: at most as many
+    /// blocks as fit on every multiprocessor at once (the driver's occupancy for its registers
+    /// and shared memory). For grid-striding kernels only: a launch past one wave leaves a
+    /// partial second wave running alone (a fused mat-vec at 77 registers fits 6 blocks per
+    /// SM, not the policy's 8). Unchanged on the host executor.
+    pub fn one_wave(&self, kernel: &'static str, dims: Dims) -> Dims {
+        let Imp::Cuda(c) = &self.imp else { return dims };
+        let Some(f) = c.functions.get(kernel) else { return dims };
+        match f.occupancy_max_active_blocks_per_multiprocessor(dims.block, dims.shared_bytes as usize, None) {
+            Ok(per_sm) if per_sm > 0 => Dims { grid_x: dims.grid_x.min(per_sm * self.sms), ..dims },
+            _ => dims,
+        }
+    }
+
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
     /// must match the entry's parameter list in the kernel table.
     pub fn launch(&self, kernel: &'static str, dims: Dims, args: &[Arg]) -> Result<()> {

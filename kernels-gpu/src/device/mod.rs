@@ -16,7 +16,7 @@ pub mod nvptx;
 use nvptx as imp;
 
 pub use imp::{
-    block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait, dp4a_s32, grid_dep_launch_dependents, grid_dep_wait, grid_dim, grid_dim_y, ld_nc_v4, st_v4,
+    block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait, dp4a_s32, grid_dep_launch_dependents, grid_dep_wait, grid_dim, grid_dim_y, ld_nc_v4, prefetch_line_l2, st_v4,
     mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32,
     sync_threads, thread_idx,
 };
@@ -68,6 +68,29 @@ pub fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
     calls! {
         1: [0] 2: [0 1] 3: [0 1 2] 4: [0 1 2 3] 5: [0 1 2 3 4] 6: [0 1 2 3 4 5] 7: [0 1 2 3 4 5 6]
         8: [0 1 2 3 4 5 6 7]
+    }
+}
+
+/// Programmatic dependent launch, device side: waits until the previous grid on the stream has
+/// completed (its writes visible), then lets the next grid start launching. Every kernel calls
+/// this before it reads anything another kernel wrote (the kernel table's entries do so unless
+/// the row is marked `waits_itself`). A no-op where the policy has no `griddepcontrol`.
+#[inline(always)]
+pub fn pdl_wait<P: policies::TargetPolicy>() {
+    if P::HAS_PDL {
+        grid_dep_wait();
+        grid_dep_launch_dependents();
+    }
+}
+
+/// Hints that the `bytes` from `p` will be read soon: each thread of the block asks for every
+/// `block_dim`-th 128-byte line into L2 (`prefetch.global.L2`; nothing on the host executor).
+#[inline(always)]
+pub fn prefetch_l2(p: *const u8, bytes: usize) {
+    let mut at = thread_idx() as usize * 128;
+    while at < bytes {
+        prefetch_line_l2(p.wrapping_add(at));
+        at += block_dim() as usize * 128;
     }
 }
 

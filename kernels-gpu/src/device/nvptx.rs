@@ -217,6 +217,12 @@ pub fn grid_dep_launch_dependents() {
     unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
 }
 
+/// `prefetch.global.L2`: brings the line holding `p` into L2; no result, no fault.
+#[inline(always)]
+pub fn prefetch_line_l2(p: *const u8) {
+    unsafe { asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, readonly)) };
+}
+
 /// `st.global.v4.u32`: one 16-byte store (the pointer must be 16-byte aligned).
 #[inline(always)]
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {

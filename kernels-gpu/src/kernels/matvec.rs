@@ -130,6 +130,8 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     let rows = rows as usize;
     let group_rows = (P::MATVEC_WARPS as usize) * R;
     let mut group = block_idx() as usize;
+    prefetch_rows::<P, F>(qs, scales, group * group_rows, group_rows, rows, nb);
+    pdl_wait::<P>();
     while group * group_rows < rows {
         let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
         let w = core::array::from_fn(|r| WeightRow { qs, scales, row: row0 + r, live: row0 + r < rows });
@@ -141,6 +143,19 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
             }
         }
         group += grid_dim() as usize;
+    }
+}
+
+/// Starts pulling `rows` weight rows from `row0` (quants and scales; clipped to `total`) into L2.
+/// Mat-vecs call this before [`pdl_wait`]: the weights do not depend on the previous grid, so
+/// under programmatic dependent launch their first bytes arrive while it still finishes.
+#[inline(always)]
+fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(qs: *const u32, scales: *const u8, row0: usize, rows: usize, total: usize, nb: usize) {
+    let rows = rows.min(total.saturating_sub(row0));
+    if P::HAS_PDL && block_idx_y() == 0 && rows > 0 {
+        let (q_row, s_row) = (nb * F::QS_WORDS * 4, nb * F::SCALE_BYTES);
+        prefetch_l2((qs as *const u8).wrapping_add(row0 * q_row), rows * q_row);
+        prefetch_l2(scales.wrapping_add(row0 * s_row), rows * s_row);
     }
 }
 
@@ -242,6 +257,18 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     // to is block-uniform, so the whole block takes the same branch.
     let groups = [rows0, rows1, rows2].map(|r| (r as usize).div_ceil(warps));
     let mut group = block_idx() as usize;
+    {
+        // This block's first group (the same matrix choice as the loop below makes).
+        let (qs, scales, rows, g) = if group < groups[0] {
+            (w0, s0, rows0, group)
+        } else if group < groups[0] + groups[1] {
+            (w1, s1, rows1, group - groups[0])
+        } else {
+            (w2, s2, rows2, group.saturating_sub(groups[0] + groups[1]))
+        };
+        prefetch_rows::<P, F>(qs, scales, g * warps, warps, rows as usize, nb);
+    }
+    pdl_wait::<P>();
     while group < groups[0] + groups[1] + groups[2] {
         let (m, g) = if group < groups[0] {
             (0, group)
@@ -287,6 +314,9 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     let mut group = block_idx() as usize;
+    prefetch_rows::<P, F>(gate_qs, gate_scales, group * warps, warps, rows, nb);
+    prefetch_rows::<P, F>(up_qs, up_scales, group * warps, warps, rows, nb);
+    pdl_wait::<P>();
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
