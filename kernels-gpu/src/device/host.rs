@@ -402,6 +402,9 @@ pub fn exp2(x: f32) -> f32 {
 pub fn rsqrt(x: f32) -> f32 {
     1.0 / x.sqrt()
 }
+pub fn sqrt_f64(x: f64) -> f64 {
+    x.sqrt()
+}
 pub fn sin_cos(x: f32) -> (f32, f32) {
     x.sin_cos()
 }

@@ -17,7 +17,7 @@ use nvptx as imp;
 
 pub use imp::{
     block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait, dp4a_s32, grid_dep_launch_dependents, grid_dep_wait, grid_dim, grid_dim_y, ld_nc_v4, prefetch_line_l2, st_v4,
-    mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32,
+    mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32, sqrt_f64,
     sync_threads, thread_idx,
 };
 
@@ -171,6 +171,31 @@ pub fn warp_max(mut v: f32) -> f32 {
 #[inline(always)]
 pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
     unsafe { block_reduce(v, scratch, warp_sum, |a, b| a + b, 0.0) }
+}
+
+/// [`block_sum`] in f64; `scratch` holds one f64 per warp. Every thread gets the total.
+///
+/// # Safety
+/// As [`block_sum`], with `block_dim()/32` f64 of scratch.
+#[inline(always)]
+pub unsafe fn block_sum_f64(mut v: f64, scratch: *mut f64) -> f64 {
+    let mut m = WARP / 2;
+    while m > 0 {
+        let bits = v.to_bits();
+        let other = ((shfl_xor_u32((bits >> 32) as u32, m) as u64) << 32) | shfl_xor_u32(bits as u32, m) as u64;
+        v += f64::from_bits(other);
+        m /= 2;
+    }
+    if lane() == 0 {
+        unsafe { *scratch.add(warp_id() as usize) = v };
+    }
+    sync_threads();
+    let mut total = 0.0;
+    for i in 0..block_dim() / WARP {
+        total += unsafe { *scratch.add(i as usize) };
+    }
+    sync_threads();
+    total
 }
 
 /// Maximum over the whole block; same contract as [`block_sum`].

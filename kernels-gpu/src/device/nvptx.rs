@@ -164,6 +164,14 @@ pub fn rsqrt(x: f32) -> f32 {
     r
 }
 
+/// `sqrt.rn.f64`: the correctly rounded square root (what the CPU's `f64::sqrt` returns).
+#[inline(always)]
+pub fn sqrt_f64(x: f64) -> f64 {
+    let r: f64;
+    unsafe { asm!("sqrt.rn.f64 {r}, {x};", r = out(reg64) r, x = in(reg64) x, options(pure, nomem, nostack)) };
+    r
+}
+
 /// Cody–Waite reduction to [-π, π] with a three-part 2π, then `sin.approx`/`cos.approx`.
 #[inline(always)]
 pub fn sin_cos(x: f32) -> (f32, f32) {

@@ -56,18 +56,18 @@ pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     Dims { grid_x: div_ceil(cols / 32, warps), grid_y: n, block: P::ROW_THREADS, shared_bytes: 0 }
 }
 
-/// One block per row (RMSNorm, softmax): needs one f32 of scratch per warp.
+/// One block per row (RMSNorm, softmax): needs one f64 of scratch per warp (the norms sum in f64).
 pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
-    Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 4 }
+    Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
 }
 
 /// Register-resident norms (`rms_norm_q8`, `add_rms_norm_q8`): one block per row, one thread per
-/// 4 columns up to 1024 threads (then up to `ROW_CHUNKS` chunks each); one f32 scratch per warp.
+/// 4 columns up to 1024 threads (then up to `ROW_CHUNKS` chunks each); one f64 scratch per warp.
 pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
     let chunks = div_ceil(cols, 4);
     let per_thread = div_ceil(chunks, 1024);
     let threads = div_ceil(div_ceil(chunks, per_thread), WARP) * WARP;
-    Dims { grid_x: rows, grid_y: 1, block: threads, shared_bytes: (threads / WARP) * 4 }
+    Dims { grid_x: rows, grid_y: 1, block: threads, shared_bytes: (threads / WARP) * 8 }
 }
 
 /// Blocks of row argmax pass 1 for rows of `cols`: about 4 elements per thread, at most 256.

@@ -18,19 +18,29 @@ pub unsafe fn rms_norm<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut 
     }
 }
 
-/// `1/rms(x[0..cols])` with `eps`, for the whole block (every thread gets it): the reduction every
-/// RMSNorm kernel shares, so they normalize a row to the same bits. Uses the block's shared
-/// scratch (one f32 per warp); every thread must call.
+/// `1/rms(x[0..cols])` with `eps`, for the whole block (every thread gets it): the reduction the
+/// strided RMSNorm kernels share, so they normalize a row to the same bits. Uses the block's
+/// shared scratch (one f64 per warp); every thread must call.
 #[inline(always)]
 unsafe fn inv_rms(x: *const f32, cols: u32, eps: f32) -> f32 {
     let mut ss = 0.0;
     let mut c = thread_idx();
     while c < cols {
-        let v = unsafe { *x.add(c as usize) };
+        let v = unsafe { *x.add(c as usize) } as f64;
         ss += v * v;
         c += block_dim();
     }
-    rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps)
+    inv_rms_of(unsafe { block_sum_f64(ss, shared_mem()) }, cols, eps)
+}
+
+/// `1/sqrt(ss/cols + eps)` from a sum of squares, in f64 and correctly rounded, then to f32: the
+/// CPU backend's arithmetic. Squares of f32 values are exact in f64 and the sum's rounding
+/// error is far below an f32 ulp, so the summation order (thread layout) does not show and both
+/// backends get the same scale bit for bit (an `rsqrt.approx.f32` differed by an ulp or two,
+/// enough to move 8-bit activation codes downstream).
+#[inline(always)]
+fn inv_rms_of(ss: f64, cols: u32, eps: f32) -> f32 {
+    (1.0 / sqrt_f64(ss / cols as f64 + eps as f64)) as f32
 }
 
 /// Chunks of 4 consecutive floats a thread of [`rms_norm_q8`] / [`add_rms_norm_q8`] holds in
@@ -92,8 +102,8 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *m
 unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
     // The weights load before the reduction's barriers, so their latency overlaps it.
     let w = unsafe { load_chunks(w, cols) };
-    let ss: f32 = v.iter().flatten().map(|a| a * a).sum();
-    let inv = rsqrt(unsafe { block_sum(ss, shared_mem()) } / cols as f32 + eps);
+    let ss: f64 = v.iter().flatten().map(|&a| a as f64 * a as f64).sum();
+    let inv = inv_rms_of(unsafe { block_sum_f64(ss, shared_mem()) }, cols, eps);
     unroll::<ROW_CHUNKS>(|k| {
         let j = thread_idx() + k as u32 * block_dim();
         let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
