@@ -10,6 +10,15 @@
 use super::float_avx2::hsum_ps;
 use std::arch::x86_64::*;
 
+/// How far ahead of each weight row the streaming kernels prefetch. The four-row kernel reads
+/// four short streams (one row is 360 bytes of Q4_1 or 612 of Q8_0 at 576 columns) that the
+/// hardware prefetchers do not follow: without it the SmolLM2 output head (Q8_0 49152×576)
+/// streamed at 11.8 GB/s on 2 threads, with it 47 GB/s (the machine's copy rate); 4 KiB gave
+/// 36, 16 KiB no more than 8 KiB, and longer distances slowed the small per-layer matrices.
+/// Batched mat-muls (weights L1-tiled, reused by many activation rows) run without it: there
+/// it cost 20 % of prefill (docs/benchmarks.md, "CPU, this 2-core box").
+const PREFETCH_BYTES: usize = 8192;
+
 pub(super) const Q4_0: u8 = 0;
 pub(super) const Q4_1: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
@@ -45,10 +54,11 @@ pub(super) unsafe fn dot_u8i8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m25
     }
 }
 
-/// `R` consecutive weight rows (`rb` bytes apart) of format `F` against one activation row.
+/// `R` consecutive weight rows (`rb` bytes apart) of format `F` against one activation row;
+/// `PF`: prefetch [`PREFETCH_BYTES`] ahead (weights streamed once, as in decode).
 /// Caller guarantees `R` rows of `nb` blocks at `w` and `nb` activation blocks at `a`.
 #[inline(always)]
-unsafe fn rows<const R: usize, const F: u8, const VNNI: bool>(w: *const u8, rb: usize, a: *const u8, nb: usize) -> [f32; R] {
+unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w: *const u8, rb: usize, a: *const u8, nb: usize) -> [f32; R] {
     let (wbs, abs, qoff) = match F {
         Q4_0 => (18, 34, 2),
         Q4_1 => (20, 36, 4),
@@ -69,6 +79,10 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool>(w: *const u8, rb: 
             };
             for r in 0..R {
                 let wb = w.add(r * rb + wbs * i);
+                if PF {
+                    // Never faults, so it may point past the matrix.
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH_BYTES) as *const i8);
+                }
                 let (p, d) = match F {
                     Q4_0 => (
                         _mm256_sub_epi32(dot_u8i8::<VNNI>(nibbles(wb.add(2)), aq), off),
@@ -112,55 +126,53 @@ fn blocks(f: u8) -> (usize, usize) {
     }
 }
 
-macro_rules! entry {
-    ($one:ident, $four:ident, $f:expr, $vnni:expr, $feat:literal) => {
+/// `$one`: one weight row (`R = 1` of [`rows`]); `$four`: four rows `rb` bytes apart; with or
+/// without AVX-VNNI (`$vnni`, matching the enabled `$feat`ures).
+macro_rules! entries {
+    ($one:ident, $four:ident, $vnni:literal, $feat:literal) => {
         #[target_feature(enable = $feat)]
-        unsafe fn $one(w: &[u8], a: &[u8]) -> f32 {
-            let (wbs, abs) = blocks($f);
+        unsafe fn $one<const F: u8, const PF: bool>(w: &[u8], a: &[u8]) -> f32 {
+            let (wbs, abs) = blocks(F);
             let nb = (w.len() / wbs).min(a.len() / abs);
             // SAFETY: nb whole blocks fit in both slices.
-            unsafe { rows::<1, { $f }, { $vnni }>(w.as_ptr(), 0, a.as_ptr(), nb)[0] }
+            unsafe { rows::<1, F, $vnni, PF>(w.as_ptr(), 0, a.as_ptr(), nb)[0] }
         }
         #[target_feature(enable = $feat)]
-        unsafe fn $four(w: &[u8], rb: usize, a: &[u8]) -> [f32; 4] {
-            let (wbs, abs) = blocks($f);
+        unsafe fn $four<const F: u8, const PF: bool>(w: &[u8], rb: usize, a: &[u8]) -> [f32; 4] {
+            let (wbs, abs) = blocks(F);
             let nb = (rb / wbs).min(a.len() / abs);
             if w.len() < 3 * rb + nb * wbs {
                 return [f32::NAN; 4]; // unreachable: matmul passes 4 whole rows
             }
             // SAFETY: 4 rows of nb blocks at stride rb fit in w (checked), nb blocks in a.
-            unsafe { rows::<4, { $f }, { $vnni }>(w.as_ptr(), rb, a.as_ptr(), nb) }
+            unsafe { rows::<4, F, $vnni, PF>(w.as_ptr(), rb, a.as_ptr(), nb) }
         }
     };
 }
 
-entry!(q4_0_1, q4_0_4, Q4_0, false, "avx2,fma,f16c");
-entry!(q4_1_1, q4_1_4, Q4_1, false, "avx2,fma,f16c");
-entry!(q8_0_1, q8_0_4, Q8_0, false, "avx2,fma,f16c");
-entry!(q4_0_1v, q4_0_4v, Q4_0, true, "avx2,fma,f16c,avxvnni");
-entry!(q4_1_1v, q4_1_4v, Q4_1, true, "avx2,fma,f16c,avxvnni");
-entry!(q8_0_1v, q8_0_4v, Q8_0, true, "avx2,fma,f16c,avxvnni");
+entries!(one, four, false, "avx2,fma,f16c");
+entries!(one_vnni, four_vnni, true, "avx2,fma,f16c,avxvnni");
+
+/// Safe wrappers of one format's kernels (`PF`: the streaming variant).
+fn pick<const F: u8, const PF: bool>(vnni: bool) -> (super::DotFn, super::Dot4Fn) {
+    // SAFETY (every closure): handed out by `kernel()` only after checking the CPU features.
+    if vnni {
+        (|w, a| unsafe { one_vnni::<F, PF>(w, a) }, |w, rb, a| unsafe { four_vnni::<F, PF>(w, rb, a) })
+    } else {
+        (|w, a| unsafe { one::<F, PF>(w, a) }, |w, rb, a| unsafe { four::<F, PF>(w, rb, a) })
+    }
+}
 
 /// (one-row, four-row) kernels; safe wrappers are only handed out by `kernel()` after checking
-/// the CPU has the features (`vnni`: AVX-VNNI as well).
-pub(super) fn kernels(f: u8, vnni: bool) -> (super::DotFn, super::Dot4Fn) {
-    macro_rules! wrap {
-        ($one:ident, $four:ident) => {{
-            fn one(w: &[u8], a: &[u8]) -> f32 {
-                unsafe { $one(w, a) }
-            }
-            fn four(w: &[u8], rb: usize, a: &[u8]) -> [f32; 4] {
-                unsafe { $four(w, rb, a) }
-            }
-            (one as super::DotFn, four as super::Dot4Fn)
-        }};
-    }
-    match (f, vnni) {
-        (Q4_0, false) => wrap!(q4_0_1, q4_0_4),
-        (Q4_1, false) => wrap!(q4_1_1, q4_1_4),
-        (Q8_0, false) => wrap!(q8_0_1, q8_0_4),
-        (Q4_0, true) => wrap!(q4_0_1v, q4_0_4v),
-        (Q4_1, true) => wrap!(q4_1_1v, q4_1_4v),
-        _ => wrap!(q8_0_1v, q8_0_4v),
+/// the CPU has the features (`vnni`: AVX-VNNI as well; `stream`: prefetching, for weights read
+/// once per call).
+pub(super) fn kernels(f: u8, vnni: bool, stream: bool) -> (super::DotFn, super::Dot4Fn) {
+    match (f, stream) {
+        (Q4_0, false) => pick::<Q4_0, false>(vnni),
+        (Q4_1, false) => pick::<Q4_1, false>(vnni),
+        (Q4_0, true) => pick::<Q4_0, true>(vnni),
+        (Q4_1, true) => pick::<Q4_1, true>(vnni),
+        (_, false) => pick::<Q8_0, false>(vnni),
+        (_, true) => pick::<Q8_0, true>(vnni),
     }
 }

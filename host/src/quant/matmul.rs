@@ -20,6 +20,125 @@ const TILE_BYTES: usize = 16 * 1024;
 /// Activation rows per pass over a weight tile (bounds the activation working set for big n).
 const ACT_BLOCK: usize = 64;
 
+/// Rows `r0..r1` of matrix `m` of a [`matmul_many`] call: one rayon task.
+#[derive(Clone, Copy)]
+struct Task {
+    m: usize,
+    r0: usize,
+    r1: usize,
+}
+
+/// `ys[i] = x · ms[i]ᵀ` (each as in [`QMatrix::matmul`]) for matrices of equal width, such as
+/// the q/k/v projections of one input: the activations are quantized once per weight type and
+/// the rows of all the matrices are shared out in one parallel region, not one per matrix.
+pub fn matmul_many(ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+    matmul_many_with(Isa::detect(), ms, x, n, ys)
+}
+
+/// [`matmul_many`] with a chosen kernel ISA.
+pub fn matmul_many_with(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+    many(isa, ms, x, n, ys, false)
+}
+
+/// `y = silu(x · gateᵀ) ⊙ (x · upᵀ)` (`y` is `n × gate.rows`): both mat-muls and the SwiGLU in
+/// one parallel region, each task taking the same rows of both matrices.
+pub fn matmul_swiglu(gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    matmul_swiglu_with(Isa::detect(), gate, up, x, n, y)
+}
+
+/// [`matmul_swiglu`] with a chosen kernel ISA.
+pub fn matmul_swiglu_with(isa: Isa, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    if (gate.rows, gate.cols) != (up.rows, up.cols) {
+        bail!("matmul_swiglu: gate is {}x{}, up {}x{}", gate.rows, gate.cols, up.rows, up.cols);
+    }
+    let mut u = vec![0f32; y.len()];
+    many(isa, &[*gate, *up], x, n, &mut [y, &mut u], true)
+}
+
+/// `silu(g) · u`, as the CPU backend's `swiglu` computes it.
+#[inline]
+pub fn silu_mul(g: f32, u: f32) -> f32 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// [`matmul_many_with`]; with `swiglu`, `ms` is [gate, up], tasks are planned over the gate's
+/// rows and run the same rows of both, then leave `silu(gate) · up` in `ys[0]`.
+fn many(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], swiglu: bool) -> Result<()> {
+    if ms.len() != ys.len() {
+        bail!("matmul: {} matrices but {} outputs", ms.len(), ys.len());
+    }
+    let ms = ms.iter().zip(ys.iter()).map(|(m, y)| m.check_io(x, n, y)).collect::<Result<Vec<_>>>()?;
+    if n == 0 {
+        return Ok(());
+    }
+    let mut outs = Vec::with_capacity(ms.len());
+    for (m, y) in ms.iter().zip(ys.iter_mut()) {
+        if m.cols == 0 {
+            y.fill(0.0);
+        }
+        outs.push(OutPtr(y.as_mut_ptr()));
+    }
+    let kernels = ms.iter().map(|m| kernel(isa, m.ty, n == 1)).collect::<Result<Vec<_>>>()?;
+    // Activations, quantized once per partner format (q/k/v of one model share one).
+    let mut acts: Vec<(GgmlType, Vec<u8>)> = Vec::new();
+    for m in &ms {
+        let at = activation_type(m.ty)?;
+        if at != GgmlType::F32 && !acts.iter().any(|(t, _)| *t == at) {
+            acts.push((at, quantize_activations(m.ty, x)?));
+        }
+    }
+    // SAFETY: f32 has no padding, any byte view of it is valid; u8 alignment is 1.
+    let x_bytes = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, x.len() * 4) };
+    let act_of = |m: &QMatrix| -> &[u8] {
+        let at = activation_type(m.ty).unwrap_or(GgmlType::F32);
+        acts.iter().find(|(t, _)| *t == at).map_or(x_bytes, |(_, a)| a.as_slice())
+    };
+
+    let threads = rayon::current_num_threads().max(1);
+    let per_row = |m: &QMatrix| m.row_bytes() * n.min(ACT_BLOCK);
+    let total: usize = ms.iter().map(|m| per_row(m) * m.rows).sum();
+    let mut tasks = Vec::new();
+    let planned = if swiglu { &ms[..1] } else { &ms[..] };
+    for (i, m) in planned.iter().enumerate().filter(|(_, m)| m.rows > 0 && m.cols > 0) {
+        // Small jobs: rayon's fork/join would cost more than it saves. Otherwise enough tasks
+        // to balance (4 per thread over all the matrices), each with enough work; a multiple of
+        // 4 rows so the four-row kernels cover every task but a matrix's last.
+        let chunk = if threads == 1 || total < 2 * MIN_TASK_BYTES {
+            m.rows
+        } else {
+            let share = (m.rows * per_row(m)).div_ceil(total / (4 * threads)).max(1);
+            m.rows.div_ceil(share).max(MIN_TASK_BYTES.div_ceil(per_row(m))).next_multiple_of(4)
+        };
+        tasks.extend((0..m.rows).step_by(chunk).map(|r0| Task { m: i, r0, r1: (r0 + chunk).min(m.rows) }));
+    }
+    let run = |t: &Task| {
+        let mats = if swiglu { 0..2 } else { t.m..t.m + 1 };
+        for i in mats {
+            let (m, act) = (&ms[i], act_of(&ms[i]));
+            m.rows_range(kernels[i], act, act.len() / n, n, t.r0, t.r1, outs[i]);
+        }
+        if swiglu {
+            let rows = ms[0].rows;
+            for a in 0..n {
+                for r in t.r0..t.r1 {
+                    // SAFETY: rows r0..r1 of activation row a belong to this task alone, in
+                    // both outputs (each n × rows, checked).
+                    unsafe {
+                        let g = outs[0].0.add(a * rows + r);
+                        *g = silu_mul(*g, *outs[1].0.add(a * rows + r));
+                    }
+                }
+            }
+        }
+    };
+    if tasks.len() <= 1 {
+        tasks.iter().for_each(run);
+    } else {
+        tasks.par_iter().for_each(run);
+    }
+    Ok(())
+}
+
 /// Raw output pointer for disjoint writes from rayon tasks.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -61,7 +180,12 @@ impl<'a> QMatrix<'a> {
 
     /// [`Self::matmul`] with a chosen kernel ISA.
     pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-        // Re-validate: the fields are public, so `self` need not come from `try_new`.
+        matmul_many_with(isa, &[*self], x, n, &mut [y])
+    }
+
+    /// Checks `self` (the fields are public, so it need not come from `try_new`) against `n`
+    /// activation rows `x` and an output `y`.
+    fn check_io(&self, x: &[f32], n: usize, y: &[f32]) -> Result<Self> {
         let m = Self::try_new(self.ty, self.data, self.rows, self.cols)?;
         if n.checked_mul(m.cols) != Some(x.len()) {
             bail!("matmul: x has {} values, expected n={n} × cols={}", x.len(), m.cols);
@@ -69,48 +193,8 @@ impl<'a> QMatrix<'a> {
         if n.checked_mul(m.rows) != Some(y.len()) {
             bail!("matmul: y has {} values, expected n={n} × rows={}", y.len(), m.rows);
         }
-        if n == 0 || m.rows == 0 {
-            return Ok(());
-        }
-        if m.cols == 0 {
-            y.fill(0.0);
-            return Ok(());
-        }
-        let k = kernel(isa, m.ty)?;
-
-        // Activations, quantized once per call into the partner format.
-        let owned;
-        let act: &[u8] = if activation_type(m.ty)? == GgmlType::F32 {
-            // SAFETY: f32 has no padding, any byte view of it is valid; u8 alignment is 1.
-            unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, x.len() * 4) }
-        } else {
-            owned = quantize_activations(m.ty, x)?;
-            &owned
-        };
-        let arb = act.len() / n;
-        let rb = m.row_bytes();
-
-        let threads = rayon::current_num_threads().max(1);
-        let total = rb * m.rows * n.min(ACT_BLOCK);
-        // Small jobs: rayon's fork/join would cost more than it saves.
-        if threads == 1 || total < 2 * MIN_TASK_BYTES {
-            m.rows_range(k, act, arb, n, 0, m.rows, OutPtr(y.as_mut_ptr()));
-            return Ok(());
-        }
-        // Enough tasks to balance (4 per thread), each with enough work.
-        let per_row = rb * n.min(ACT_BLOCK);
-        // Multiple of 4 so the four-row kernels cover every task but the last.
-        let chunk = m.rows.div_ceil(4 * threads).max(MIN_TASK_BYTES.div_ceil(per_row)).next_multiple_of(4);
-        let out = OutPtr(y.as_mut_ptr());
-        let n_chunks = m.rows.div_ceil(chunk);
-        (0..n_chunks).into_par_iter().for_each(|c| {
-            let r0 = c * chunk;
-            let r1 = (r0 + chunk).min(m.rows);
-            m.rows_range(k, act, arb, n, r0, r1, out);
-        });
-        Ok(())
+        Ok(m)
     }
-
     /// [`Self::matmul`] without quantizing the activations: each weight row is dequantized to
     /// f32 and dotted with the f32 activations. Slower, but two devices computing it agree to
     /// float rounding (no 8-bit activation code can flip): kiln's `--f32-activations` mode.

@@ -26,7 +26,7 @@ use anyhow::{Result, bail};
 
 pub use crate::gguf::GgmlType;
 pub use kernels_gpu::quant as blocks;
-pub use matmul::QMatrix;
+pub use matmul::{QMatrix, matmul_many, matmul_many_with, matmul_swiglu, matmul_swiglu_with, silu_mul};
 
 /// Which kernel implementation to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,14 +149,15 @@ pub(crate) type DotFn = fn(&[u8], &[u8]) -> f32;
 /// activation loads and block sums are shared across the rows.
 pub(crate) type Dot4Fn = fn(&[u8], usize, &[u8]) -> [f32; 4];
 
-/// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here).
-pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> Result<(DotFn, Option<Dot4Fn>)> {
+/// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here); `stream`:
+/// weights read once per call (a mat-vec), so kernels that prefetch ahead may be chosen.
+pub(crate) fn kernel(isa: Isa, ty: GgmlType, stream: bool) -> Result<(DotFn, Option<Dot4Fn>)> {
     use GgmlType::*;
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar && isa.available() {
         let vnni = isa == Isa::AvxVnni;
         let legacy = |f| {
-            let (one, four) = legacy_avx2::kernels(f, vnni);
+            let (one, four) = legacy_avx2::kernels(f, vnni, stream);
             (one, Some(four))
         };
         return Ok(match ty {
@@ -172,7 +173,7 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> Result<(DotFn, Option<Dot4Fn>)> 
             _ => bail!("no CPU dot product for weight type {}", ty.name()),
         });
     }
-    let _ = isa;
+    let _ = (isa, stream);
     Ok((
         match ty {
             F32 => float::dot_f32,
@@ -198,7 +199,7 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
 
 /// [`vec_dot`] on a chosen ISA (tests compare scalar against AVX2).
 pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
-    let (f, _) = kernel(isa, ty)?;
+    let (f, _) = kernel(isa, ty, false)?;
     let (wqk, wbs) = ty.block();
     let at = activation_type(ty)?;
     let (aqk, abs) = at.block();
