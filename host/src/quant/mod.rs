@@ -137,9 +137,21 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         );
     }
     let mut out = vec![0u8; x.len() / qk * bs];
-    quantize_row(at, x, &mut out)?;
+    // Blocks are quantized independently: a batch (prefill) splits over the thread pool.
+    let blocks = (QUANT_TASK_ELEMS / qk).max(1);
+    if x.len() >= 2 * QUANT_TASK_ELEMS {
+        use rayon::prelude::*;
+        x.par_chunks(blocks * qk)
+            .zip(out.par_chunks_mut(blocks * bs))
+            .try_for_each(|(x, out)| quantize_row(at, x, out))?;
+    } else {
+        quantize_row(at, x, &mut out)?;
+    }
     Ok(out)
 }
+
+/// Activation elements one task of [`quantize_activations`] quantizes (~1 µs of work).
+const QUANT_TASK_ELEMS: usize = 4096;
 
 /// A dot-product kernel: weight row bytes × activation row bytes (whole blocks; a kernel only
 /// reads as many blocks as both slices hold, so a short slice cannot make it read out of bounds).
