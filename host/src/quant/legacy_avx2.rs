@@ -22,6 +22,11 @@ const PREFETCH_BYTES: usize = 8192;
 pub(super) const Q4_0: u8 = 0;
 pub(super) const Q4_1: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
+/// Q4_0 / Q4_1 blocks expanded for batched mat-muls ([`expand`]): the f16 scales as f32
+/// (Q4_0: d; Q4_1: d, m), then the 32 codes one byte each (0..15, element order), so the
+/// kernels skip unpacking nibbles and converting scales for every activation row.
+const Q4_0X: u8 = 3;
+const Q4_1X: u8 = 4;
 
 #[inline(always)]
 unsafe fn h2f(p: *const u8) -> f32 {
@@ -59,11 +64,8 @@ pub(super) unsafe fn dot_u8i8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m25
 /// Caller guarantees `R` rows of `nb` blocks at `w` and `nb` activation blocks at `a`.
 #[inline(always)]
 unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w: *const u8, rb: usize, a: *const u8, nb: usize) -> [f32; R] {
-    let (wbs, abs, qoff) = match F {
-        Q4_0 => (18, 34, 2),
-        Q4_1 => (20, 36, 4),
-        _ => (34, 34, 2),
-    };
+    let (wbs, abs) = blocks(F);
+    let qoff = if F == Q4_1 || F == Q4_1X { 4 } else { 2 };
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut accm = [_mm_setzero_ps(); R];
@@ -71,8 +73,8 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w:
             let ab = a.add(abs * i);
             let aq = _mm256_loadu_si256(ab.add(qoff) as *const __m256i);
             // Shared by all rows: Q4_0's -8 offset as 8 * sum(a) per lane.
-            let off = if F == Q4_0 { dot_u8i8::<VNNI>(_mm256_set1_epi8(8), aq) } else { _mm256_setzero_si256() };
-            let ads = if F == Q4_1 {
+            let off = if F == Q4_0 || F == Q4_0X { dot_u8i8::<VNNI>(_mm256_set1_epi8(8), aq) } else { _mm256_setzero_si256() };
+            let ads = if F == Q4_1 || F == Q4_1X {
                 _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(ab as *const i32)))
             } else {
                 _mm_set1_ps(h2f(ab))
@@ -88,6 +90,17 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w:
                         _mm256_sub_epi32(dot_u8i8::<VNNI>(nibbles(wb.add(2)), aq), off),
                         _mm256_set1_ps(h2f(wb) * _mm_cvtss_f32(ads)),
                     ),
+                    Q4_0X => (
+                        _mm256_sub_epi32(dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(4) as *const __m256i), aq), off),
+                        _mm256_set1_ps(core::ptr::read_unaligned(wb as *const f32) * _mm_cvtss_f32(ads)),
+                    ),
+                    Q4_1X => {
+                        // As Q4_1 below, with (d_w, m_w) already f32: the same values, the same bits.
+                        let wdm = _mm_castpd_ps(_mm_load_sd(wb as *const f64));
+                        let prod = _mm_mul_ps(wdm, ads);
+                        accm[r] = _mm_add_ps(accm[r], prod);
+                        (dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(8) as *const __m256i), aq), _mm256_broadcastss_ps(prod))
+                    }
                     Q4_1 => {
                         // (d_w, m_w) × (d_a, s_a): lane 0 scales the codes, lane 1 is m·s.
                         let wdm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(wb as *const i32)));
@@ -118,11 +131,49 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w:
     }
 }
 
-fn blocks(f: u8) -> (usize, usize) {
+/// (weight, activation) block bytes of format `f`.
+const fn blocks(f: u8) -> (usize, usize) {
     match f {
         Q4_0 => (18, 34),
         Q4_1 => (20, 36),
+        Q4_0X => (36, 34),
+        Q4_1X => (40, 36),
         _ => (34, 34),
+    }
+}
+
+/// Whole Q4_0 / Q4_1 (`F`) blocks of `src` to their expanded form in `dst`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn expand_impl<const F: u8>(src: &[u8], dst: &mut [u8]) {
+    let x = if F == Q4_0 { Q4_0X } else { Q4_1X };
+    let (sbs, dbs) = (blocks(F).0, blocks(x).0);
+    let nb = (src.len() / sbs).min(dst.len() / dbs);
+    for i in 0..nb {
+        // SAFETY: block i lies within both slices (nb counts whole blocks of each).
+        unsafe {
+            let (sp, dp) = (src.as_ptr().add(i * sbs), dst.as_mut_ptr().add(i * dbs));
+            if F == Q4_0 {
+                core::ptr::write_unaligned(dp as *mut f32, h2f(sp));
+            } else {
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(sp as *const i32)));
+                _mm_storel_pd(dp as *mut f64, _mm_castps_pd(dm));
+            }
+            _mm256_storeu_si256(dp.add(dbs - 32) as *mut __m256i, nibbles(sp.add(sbs - 16)));
+        }
+    }
+}
+
+/// The expanded form of Q4_0 / Q4_1 (`f`; `None` for Q8_0, whose codes are bytes already).
+pub(super) fn expanded(f: u8, vnni: bool) -> Option<super::Expanded> {
+    fn x<const F: u8, const X: u8>(vnni: bool) -> super::Expanded {
+        let (dot, dot4) = pick::<X, false>(vnni);
+        // SAFETY: handed out by `kernel()` only after checking the CPU features.
+        super::Expanded { expand: |s, d| unsafe { expand_impl::<F>(s, d) }, dot, dot4, block_bytes: blocks(X).0 }
+    }
+    match f {
+        Q4_0 => Some(x::<Q4_0, Q4_0X>(vnni)),
+        Q4_1 => Some(x::<Q4_1, Q4_1X>(vnni)),
+        _ => None,
     }
 }
 

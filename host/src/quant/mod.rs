@@ -161,6 +161,36 @@ pub(crate) type DotFn = fn(&[u8], &[u8]) -> f32;
 /// activation loads and block sums are shared across the rows.
 pub(crate) type Dot4Fn = fn(&[u8], usize, &[u8]) -> [f32; 4];
 
+/// Whole weight blocks (first slice) to an expanded form (second slice, the same number of
+/// blocks of [`Expanded::block_bytes`]).
+pub(crate) type ExpandFn = fn(&[u8], &mut [u8]);
+
+/// A format batched mat-muls may expand each L1 tile of weights into before running every
+/// activation row over it: the expander and the kernels of the expanded blocks. Their results
+/// are bit-identical to the plain kernels'.
+#[derive(Clone, Copy)]
+pub(crate) struct Expanded {
+    pub expand: ExpandFn,
+    pub dot: DotFn,
+    pub dot4: Dot4Fn,
+    pub block_bytes: usize,
+}
+
+/// The expanded form of weight type `ty` on `isa`, where there is one.
+pub(crate) fn expanded(isa: Isa, ty: GgmlType) -> Option<Expanded> {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && isa.available() {
+        let vnni = isa == Isa::AvxVnni;
+        return match ty {
+            GgmlType::Q4_0 => legacy_avx2::expanded(legacy_avx2::Q4_0, vnni),
+            GgmlType::Q4_1 => legacy_avx2::expanded(legacy_avx2::Q4_1, vnni),
+            _ => None,
+        };
+    }
+    let _ = (isa, ty);
+    None
+}
+
 /// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here); `stream`:
 /// weights read once per call (a mat-vec), so kernels that prefetch ahead may be chosen.
 pub(crate) fn kernel(isa: Isa, ty: GgmlType, stream: bool) -> Result<(DotFn, Option<Dot4Fn>)> {
