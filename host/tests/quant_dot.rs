@@ -4,7 +4,8 @@
 use kiln_host::gguf::GgmlType;
 use kiln_host::quant::blocks::{f16_to_f32, f32_to_f16, get_scale_min_k4};
 use kiln_host::quant::{
-    Isa, QMatrix, activation_type, dequantize_row, quantize_activations, vec_dot_with,
+    Isa, QMatrix, activation_type, dequantize_row, matmul_many_with, matmul_swiglu_with, quantize_activations,
+    silu_mul, vec_dot_with,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -205,6 +206,66 @@ fn matmul_parallel_odd_shapes() {
                 }
             }
         }
+    }
+}
+
+/// `matmul_many` and `matmul_swiglu` against one `matmul` per matrix (and `silu_mul`): the same
+/// kernels on the same bytes, so the bits must match whatever the task split. Types mixed, so
+/// several activation formats are quantized in one call; outputs poisoned with NaN.
+fn check_fused(rng: &mut StdRng, shapes: &[(GgmlType, usize)], cols: usize, n: usize) {
+    let ws: Vec<Vec<u8>> = shapes.iter().map(|&(ty, rows)| random_weights(rng, ty, rows * cols)).collect();
+    let ms: Vec<QMatrix> =
+        shapes.iter().zip(&ws).map(|(&(ty, rows), w)| QMatrix::try_new(ty, w, rows, cols).unwrap()).collect();
+    let x = random_acts(rng, n * cols);
+    for isa in isas() {
+        let want: Vec<Vec<f32>> = ms
+            .iter()
+            .map(|m| {
+                let mut y = vec![f32::NAN; n * m.rows];
+                m.matmul_with(isa, &x, n, &mut y).unwrap();
+                y
+            })
+            .collect();
+        let mut got: Vec<Vec<f32>> = ms.iter().map(|m| vec![f32::NAN; n * m.rows]).collect();
+        let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|y| y.as_mut_slice()).collect();
+        matmul_many_with(isa, &ms, &x, n, &mut outs).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (gb, wb): (Vec<u32>, Vec<u32>) = (g.iter().map(|v| v.to_bits()).collect(), w.iter().map(|v| v.to_bits()).collect());
+            assert_eq!(gb, wb, "matmul_many {isa:?} matrix {i} ({:?}) n={n}", shapes[i]);
+        }
+        // SwiGLU over pairs of equal shape (the second matrix of each pair a different type).
+        for (i, m) in ms.iter().enumerate() {
+            let Some(other) = ms.iter().skip(i + 1).find(|o| o.rows == m.rows) else { continue };
+            let mut up = vec![f32::NAN; n * m.rows];
+            other.matmul_with(isa, &x, n, &mut up).unwrap();
+            let mut y = vec![f32::NAN; n * m.rows];
+            matmul_swiglu_with(isa, m, other, &x, n, &mut y).unwrap();
+            for (k, (&g, &u)) in want[i].iter().zip(&up).enumerate() {
+                assert_eq!(y[k].to_bits(), silu_mul(g, u).to_bits(), "matmul_swiglu {isa:?} {:?} k={k}", shapes[i]);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn fused_matmuls_match_separate(seed in any::<u64>(), r1 in 1usize..40, r2 in 1usize..40, nblocks in 1usize..3, n in 1usize..5) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let shapes = [(Q4_1, r1), (Q8_0, r2), (Q4_K, r1), (F16, r2), (Q4_1, r2)];
+        check_fused(&mut rng, &shapes, 256 * nblocks, n);
+    }
+}
+
+/// The fused mat-muls at sizes that take the parallel path (several tasks per matrix, ragged
+/// ends), decode and prefill-like n; SmolLM2's q/k/v and gate/up shapes among them.
+#[test]
+fn fused_matmuls_parallel_shapes() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for n in [1, 3] {
+        check_fused(&mut rng, &[(Q4_1, 576), (Q4_1, 192), (Q4_1, 192)], 576, n);
+        check_fused(&mut rng, &[(Q4_1, 1536), (Q4_1, 1536)], 576, n);
+        check_fused(&mut rng, &[(Q8_0, 1003), (Q4_0, 517), (Q4_1, 1003), (F32, 301)], 576, n);
     }
 }
 

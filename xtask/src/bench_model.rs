@@ -65,7 +65,7 @@ pub struct Args {
     /// GGUF model file (repeatable).
     #[arg(short, long = "model", required = true)]
     models: Vec<PathBuf>,
-    /// Where kiln runs (llama-bench is given `-ngl 99` either way).
+    /// Where kiln runs (llama-bench is given `-ngl 99` for cuda, `-ngl 0 -t <kiln's threads>` for cpu).
     #[arg(long, value_enum, default_value_t = DeviceKind::Cuda)]
     device: DeviceKind,
     /// Measured repetitions of every test, for each engine.
@@ -87,7 +87,7 @@ pub struct Args {
     #[arg(long)]
     llama_bench: Option<PathBuf>,
     /// Extra llama-bench arguments, split on whitespace (e.g. "-t 16 -ub 1024"); they replace
-    /// the default `-fa 1` / `-ngl 99` when they set those.
+    /// the default `-fa 1` / `-ngl` / `-t` when they set those.
     #[arg(long, allow_hyphen_values = true, default_value = "")]
     llama_args: String,
     /// Directory for bench.json, bench.md and bench.svg.
@@ -274,22 +274,23 @@ pub fn run(a: Args) -> Result<()> {
     let specs = tests(a.pp, a.tg, a.depth);
     ensure!(!specs.is_empty(), "--pp and --tg are both 0: nothing to measure");
     let path = a.llama_bench.clone().or_else(|| std::env::var_os("LLAMA_BENCH").map(PathBuf::from));
+    // The CPU backend's parallel ops start from inside the pool (as in the kiln CLI), so the
+    // calling thread computes its share instead of waiting on the pool.
+    let pool = match a.device {
+        DeviceKind::Cpu => Some(rayon::ThreadPoolBuilder::new().build().context("starting the thread pool")?),
+        DeviceKind::Cuda => None,
+    };
     let llama = match &path {
-        Some(p) => Some(LlamaBench::new(p, &a.llama_args)?),
+        Some(p) => Some(LlamaBench::new(p, &a.llama_args, pool.as_ref().map(|p| p.current_num_threads()))?),
         None => {
             ensure!(a.llama_args.trim().is_empty(), "--llama-args given but no llama-bench (--llama-bench or $LLAMA_BENCH)");
             eprintln!("bench model: no llama-bench given (--llama-bench or $LLAMA_BENCH): measuring kiln only");
             None
         }
     };
-    let report = match a.device {
-        // The CPU backend's parallel ops start from inside the pool (as in the kiln CLI), so the
-        // calling thread computes its share instead of waiting on the pool.
-        DeviceKind::Cpu => rayon::ThreadPoolBuilder::new()
-            .build()
-            .context("starting the thread pool")?
-            .install(|| measure_all(&a, &specs, llama.as_ref(), || Ok(Cpu::new())))?,
-        DeviceKind::Cuda => measure_all(&a, &specs, llama.as_ref(), || Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda"))?,
+    let report = match &pool {
+        Some(pool) => pool.install(|| measure_all(&a, &specs, llama.as_ref(), || Ok(Cpu::new())))?,
+        None => measure_all(&a, &specs, llama.as_ref(), || Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda"))?,
     };
     let table = report::write_all(&report, &a.out)?;
     println!("{table}");

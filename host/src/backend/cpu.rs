@@ -115,6 +115,17 @@ fn check_same(a: &CpuTensor, b: &CpuTensor, op: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_width(x: &CpuTensor, w: &CpuWeight) -> Result<()> {
+    ensure!(
+        x.cols == w.cols,
+        "matmul: activations have {} columns, {} expects {}",
+        x.cols,
+        w.info.name,
+        w.cols
+    );
+    Ok(())
+}
+
 impl Backend for Cpu {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
@@ -202,19 +213,40 @@ impl Backend for Cpu {
     }
 
     fn matmul(&self, x: &CpuTensor, w: &CpuWeight) -> Result<CpuTensor> {
-        ensure!(
-            x.cols == w.cols,
-            "matmul: activations have {} columns, {} expects {}",
-            x.cols,
-            w.info.name,
-            w.cols
-        );
+        check_width(x, w)?;
         let mut y = CpuTensor::zeros(x.rows, w.rows);
         if self.f32_activations {
             w.qmatrix().matmul_f32x(&x.data, x.rows, &mut y.data)?;
         } else {
             w.qmatrix().matmul(&x.data, x.rows, &mut y.data)?;
         }
+        Ok(y)
+    }
+
+    /// One activation quantization and one parallel region for all the matrices (q/k/v).
+    fn matmul_many(&self, x: &CpuTensor, ws: &[&CpuWeight]) -> Result<Vec<CpuTensor>> {
+        if self.f32_activations {
+            return ws.iter().map(|w| self.matmul(x, w)).collect();
+        }
+        for w in ws {
+            check_width(x, w)?;
+        }
+        let mut ys: Vec<CpuTensor> = ws.iter().map(|w| CpuTensor::zeros(x.rows, w.rows)).collect();
+        let ms: Vec<QMatrix> = ws.iter().map(|w| w.qmatrix()).collect();
+        let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
+        quant::matmul_many(&ms, &x.data, x.rows, &mut outs)?;
+        Ok(ys)
+    }
+
+    /// Gate, up and SwiGLU in one parallel region (each task: the same rows of both).
+    fn matmul_swiglu(&self, x: &CpuTensor, gate: &CpuWeight, up: &CpuWeight) -> Result<CpuTensor> {
+        if self.f32_activations {
+            return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
+        }
+        check_width(x, gate)?;
+        check_width(x, up)?;
+        let mut y = CpuTensor::zeros(x.rows, gate.rows);
+        quant::matmul_swiglu(&gate.qmatrix(), &up.qmatrix(), &x.data, x.rows, &mut y.data)?;
         Ok(y)
     }
 
@@ -276,7 +308,7 @@ impl Backend for Cpu {
     fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         check_same(gate, up, "swiglu")?;
         let mut out = CpuTensor::zeros(gate.rows, gate.cols);
-        let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = g / (1.0 + (-g).exp()) * u;
+        let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = quant::silu_mul(g, u);
         if out.data.len() >= PAR_MIN {
             out.data.par_iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
         } else {

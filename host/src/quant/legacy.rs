@@ -92,11 +92,21 @@ fn q8_codes(x: &[f32; 32], q: &mut [u8]) -> (f32, i32) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut sum = 0i32;
     for (o, &v) in q.iter_mut().zip(x) {
-        let c = (v * id).round().clamp(-127.0, 127.0) as i8;
+        let c = round_half_away(v * id).clamp(-127, 127) as i8;
         sum += c as i32;
         *o = c as u8;
     }
     (d, sum)
+}
+
+/// `v.round() as i32` (half away from zero) for |v| < 2³¹, without a call to libm's `roundf`
+/// (x86-64's baseline has no rounding instruction for that mode): truncate, then step away
+/// from zero when the exact remainder is at least one half. NaN gives 0, as `NaN as i8` does.
+#[inline(always)]
+fn round_half_away(v: f32) -> i32 {
+    let t = v as i32;
+    let frac = v - t as f32; // exact: t is v truncated and |v| < 2^31
+    t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
 }
 
 fn quantize_q8_0(x: &[f32; 32], out: &mut [u8]) {
@@ -156,4 +166,30 @@ pub(super) fn dot_q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
         s += (h(wb, 0) * h(ab, 0)) * isum as f32;
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_half_away;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_half_away_edges() {
+        let below_half = f32::from_bits(0.5f32.to_bits() - 1);
+        for v in [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, below_half, -below_half, 126.5, -126.5, 127.49998, 1e-30] {
+            assert_eq!(round_half_away(v), v.round() as i32, "{v}");
+        }
+        assert_eq!(round_half_away(f32::NAN), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn round_half_away_is_round(v in -200f32..200.0, bits in any::<u32>()) {
+            prop_assert_eq!(round_half_away(v), v.round() as i32);
+            let w = f32::from_bits(bits);
+            if w.abs() < 1e9 {
+                prop_assert_eq!(round_half_away(w), w.round() as i32, "{}", w);
+            }
+        }
+    }
 }

@@ -26,7 +26,7 @@ use anyhow::{Result, bail};
 
 pub use crate::gguf::GgmlType;
 pub use kernels_gpu::quant as blocks;
-pub use matmul::QMatrix;
+pub use matmul::{QMatrix, matmul_many, matmul_many_with, matmul_swiglu, matmul_swiglu_with, silu_mul};
 
 /// Which kernel implementation to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,9 +137,21 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         );
     }
     let mut out = vec![0u8; x.len() / qk * bs];
-    quantize_row(at, x, &mut out)?;
+    // Blocks are quantized independently: a batch (prefill) splits over the thread pool.
+    let blocks = (QUANT_TASK_ELEMS / qk).max(1);
+    if x.len() >= 2 * QUANT_TASK_ELEMS {
+        use rayon::prelude::*;
+        x.par_chunks(blocks * qk)
+            .zip(out.par_chunks_mut(blocks * bs))
+            .try_for_each(|(x, out)| quantize_row(at, x, out))?;
+    } else {
+        quantize_row(at, x, &mut out)?;
+    }
     Ok(out)
 }
+
+/// Activation elements one task of [`quantize_activations`] quantizes (~1 µs of work).
+const QUANT_TASK_ELEMS: usize = 4096;
 
 /// A dot-product kernel: weight row bytes × activation row bytes (whole blocks; a kernel only
 /// reads as many blocks as both slices hold, so a short slice cannot make it read out of bounds).
@@ -149,14 +161,45 @@ pub(crate) type DotFn = fn(&[u8], &[u8]) -> f32;
 /// activation loads and block sums are shared across the rows.
 pub(crate) type Dot4Fn = fn(&[u8], usize, &[u8]) -> [f32; 4];
 
-/// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here).
-pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> Result<(DotFn, Option<Dot4Fn>)> {
+/// Whole weight blocks (first slice) to an expanded form (second slice, the same number of
+/// blocks of [`Expanded::block_bytes`]).
+pub(crate) type ExpandFn = fn(&[u8], &mut [u8]);
+
+/// A format batched mat-muls may expand each L1 tile of weights into before running every
+/// activation row over it: the expander and the kernels of the expanded blocks. Their results
+/// are bit-identical to the plain kernels'.
+#[derive(Clone, Copy)]
+pub(crate) struct Expanded {
+    pub expand: ExpandFn,
+    pub dot: DotFn,
+    pub dot4: Dot4Fn,
+    pub block_bytes: usize,
+}
+
+/// The expanded form of weight type `ty` on `isa`, where there is one.
+pub(crate) fn expanded(isa: Isa, ty: GgmlType) -> Option<Expanded> {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && isa.available() {
+        let vnni = isa == Isa::AvxVnni;
+        return match ty {
+            GgmlType::Q4_0 => legacy_avx2::expanded(legacy_avx2::Q4_0, vnni),
+            GgmlType::Q4_1 => legacy_avx2::expanded(legacy_avx2::Q4_1, vnni),
+            _ => None,
+        };
+    }
+    let _ = (isa, ty);
+    None
+}
+
+/// The kernels for weight type `ty` on `isa` (scalar if `isa` is unavailable here); `stream`:
+/// weights read once per call (a mat-vec), so kernels that prefetch ahead may be chosen.
+pub(crate) fn kernel(isa: Isa, ty: GgmlType, stream: bool) -> Result<(DotFn, Option<Dot4Fn>)> {
     use GgmlType::*;
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar && isa.available() {
         let vnni = isa == Isa::AvxVnni;
         let legacy = |f| {
-            let (one, four) = legacy_avx2::kernels(f, vnni);
+            let (one, four) = legacy_avx2::kernels(f, vnni, stream);
             (one, Some(four))
         };
         return Ok(match ty {
@@ -172,7 +215,7 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType) -> Result<(DotFn, Option<Dot4Fn>)> 
             _ => bail!("no CPU dot product for weight type {}", ty.name()),
         });
     }
-    let _ = isa;
+    let _ = (isa, stream);
     Ok((
         match ty {
             F32 => float::dot_f32,
@@ -198,7 +241,7 @@ pub fn vec_dot(ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
 
 /// [`vec_dot`] on a chosen ISA (tests compare scalar against AVX2).
 pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32> {
-    let (f, _) = kernel(isa, ty)?;
+    let (f, _) = kernel(isa, ty, false)?;
     let (wqk, wbs) = ty.block();
     let at = activation_type(ty)?;
     let (aqk, abs) = at.block();

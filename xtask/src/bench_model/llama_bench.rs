@@ -18,12 +18,22 @@ const OWNED_FLAGS: &[&str] =
     &["-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-pg", "-d", "--n-depth", "-r", "--repetitions", "-o", "--output"];
 
 /// Defaults that `--llama-args` replaces when it sets the same flag: llama-bench appends
-/// repeated flags as extra test values instead of overriding them.
-const DEFAULTS: &[(&[&str], &str)] = &[(&["-fa", "--flash-attn"], "1"), (&["-ngl", "--n-gpu-layers"], "99")];
+/// repeated flags as extra test values instead of overriding them. On the GPU every layer is
+/// offloaded; on the CPU (`cpu_threads`: kiln's thread count) none is, and llama-bench gets
+/// kiln's thread count, since its own default (physical cores) may differ.
+fn defaults(cpu_threads: Option<usize>) -> Vec<(&'static [&'static str], String)> {
+    let mut d: Vec<(&[&str], String)> = vec![(&["-fa", "--flash-attn"], "1".into())];
+    match cpu_threads {
+        None => d.push((&["-ngl", "--n-gpu-layers"], "99".into())),
+        Some(t) => d.extend([(&["-ngl", "--n-gpu-layers"][..], "0".into()), (&["-t", "--threads"][..], t.to_string())]),
+    }
+    d
+}
 
 pub struct LlamaBench {
     path: PathBuf,
     extra: Vec<String>,
+    defaults: Vec<(&'static [&'static str], String)>,
     /// Whether this build has `-d/--n-depth` (added to llama-bench in 2025).
     has_depth: bool,
 }
@@ -46,8 +56,9 @@ pub struct LlamaModelInfo {
 }
 
 impl LlamaBench {
-    /// Checks that `path` is an executable llama-bench and which flags it has.
-    pub fn new(path: &Path, extra: &str) -> Result<Self> {
+    /// Checks that `path` is an executable llama-bench and which flags it has; `cpu_threads`
+    /// is kiln's thread count when kiln runs on the CPU (see [`defaults`]).
+    pub fn new(path: &Path, extra: &str, cpu_threads: Option<usize>) -> Result<Self> {
         let meta = std::fs::metadata(path).map_err(|e| anyhow!("llama-bench {}: {e}", path.display()))?;
         ensure!(meta.is_file() && is_executable(&meta), "llama-bench {} is not an executable file", path.display());
         let extra: Vec<String> = extra.split_whitespace().map(String::from).collect();
@@ -64,7 +75,7 @@ impl LlamaBench {
             "{} does not look like llama-bench (its --help does not mention --n-prompt)",
             path.display()
         );
-        Ok(LlamaBench { path: path.to_path_buf(), extra, has_depth: help.contains("--n-depth") })
+        Ok(LlamaBench { path: path.to_path_buf(), extra, defaults: defaults(cpu_threads), has_depth: help.contains("--n-depth") })
     }
 
     pub fn path(&self) -> &Path {
@@ -85,9 +96,9 @@ impl LlamaBench {
     /// The arguments every run shares (not the model or the test).
     pub fn base_args(&self) -> Vec<String> {
         let mut a = Vec::new();
-        for (flags, value) in DEFAULTS {
+        for (flags, value) in &self.defaults {
             if !self.extra.iter().any(|x| flags.contains(&x.as_str())) {
-                a.extend([flags[0].to_string(), value.to_string()]);
+                a.extend([flags[0].to_string(), value.clone()]);
             }
         }
         a.extend(["-r", "1", "-o", "json"].map(String::from));

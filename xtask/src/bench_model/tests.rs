@@ -342,7 +342,9 @@ fn end_to_end_on_cpu() {
     let log = std::fs::read_to_string(dir.0.join("llama-bench.log")).unwrap();
     let runs: Vec<&str> = log.lines().collect();
     assert_eq!(runs.len(), 6);
-    assert!(runs[0].contains("-p 16 -n 0 -fa 1 -ngl 99 -r 1 -o json"), "{}", runs[0]);
+    // On the CPU llama-bench keeps every layer on the CPU and gets kiln's thread count.
+    let threads = rayon::current_num_threads();
+    assert!(runs[0].contains(&format!("-p 16 -n 0 -fa 1 -ngl 0 -t {threads} -r 1 -o json")), "{}", runs[0]);
     assert!(runs[2].contains("-p 0 -n 4 -d 32"), "{}", runs[2]);
     let md = std::fs::read_to_string(out.join("bench.md")).unwrap();
     assert_eq!(md.lines().filter(|l| l.starts_with("| tiny-qwen3 |")).count(), 3);
@@ -372,7 +374,11 @@ fn end_to_end_on_cpu() {
     assert!(e.contains("failed (exit status: 1): main: error: failed to load model"), "{e}");
     let e = fails(args(&model, &out, 0, 1, Some(&garbage)));
     assert!(e.contains("llama-bench output is not JSON") && e.contains("| model | size |"), "{e}");
-    let e = format!("{:#}", LlamaBench::new(&fake, "-t 4 -r 3").err().unwrap());
+    let base = |extra: &str, cpu: Option<usize>| LlamaBench::new(&fake, extra, cpu).unwrap().base_args().join(" ");
+    assert_eq!(base("", None), "-fa 1 -ngl 99 -r 1 -o json");
+    assert_eq!(base("", Some(3)), "-fa 1 -ngl 0 -t 3 -r 1 -o json");
+    assert_eq!(base("--threads 4 -fa 0", Some(3)), "-ngl 0 -r 1 -o json --threads 4 -fa 0");
+    let e = format!("{:#}", LlamaBench::new(&fake, "-t 4 -r 3", None).err().unwrap());
     assert!(e.contains("must not set -r"), "{e}");
     let e = fails(args(&model, &out, 5000, 1, None));
     assert!(e.contains("more than the model's 4096-token context"), "{e}");
