@@ -131,37 +131,6 @@ fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// `add_rms_norm_q8` leaves `x + y` in `x` and writes what `rms_norm_q8` writes for it, bit for bit.
-fn add_rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
-    let (rows, cols) = (c.rows as usize, (c.cols as usize).div_ceil(32) * 32);
-    let mut g = Gen::new(c.seed);
-    let (x, y) = (g.activations(rows, cols), g.activations(rows, cols));
-    let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect();
-    let (cu, eps, dims) = (Arg::U32(cols as u32), Arg::F32(1e-6), dev.shapes().norm_q8(rows as u32, cols as u32));
-    let (yb, wb) = (upload(dev, &y), upload(dev, &w));
-    let mut results = Vec::new();
-    for fused in [false, true] {
-        let xb = upload(dev, &x);
-        let out = poisoned::<f32>(dev, rows * cols, 0xff);
-        let (q, ds) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
-        if fused {
-            dev.launch(names::kiln_add_rms_norm_q8, dims, &[xb.arg(), yb.arg(), wb.arg(), out.arg(), q.arg(), ds.arg(), cu, eps]);
-        } else {
-            let n = (rows * cols) as u32;
-            dev.launch(names::kiln_add_assign, dev.shapes().flat(n), &[xb.arg(), yb.arg(), Arg::U32(n)]);
-            dev.launch(names::kiln_rms_norm_q8, dims, &[xb.arg(), wb.arg(), out.arg(), q.arg(), ds.arg(), cu, eps]);
-        }
-        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-        results.push((bits(download::<f32>(dev, &xb)), bits(download::<f32>(dev, &out)), download::<i8>(dev, &q), bits(download::<f32>(dev, &ds))));
-    }
-    let label = dev.label();
-    prop_assert!(results[0].0 == results[1].0, "{}: residual x + y differs", label);
-    prop_assert!(results[0].1 == results[1].1, "{}: normed values differ", label);
-    prop_assert!(results[0].2 == results[1].2, "{}: codes differ", label);
-    prop_assert!(results[0].3 == results[1].3, "{}: block scales differ", label);
-    Ok(())
-}
-
 #[derive(Clone, Debug)]
 struct NormRopeCase {
     n: u32,
@@ -285,7 +254,6 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
 }
 
 kernel_properties! {
-    host_add_rms_norm_q8, gpu_add_rms_norm_q8: row_case() => add_rms_norm_q8;
     host_rms_norm_rope, gpu_rms_norm_rope: norm_rope_case() => rms_norm_rope;
     host_rope_store, gpu_rope_store: rope_store_case() => rope_store;
     host_rms_norm_q8, gpu_rms_norm_q8: row_case() => rms_norm_q8;
@@ -297,7 +265,6 @@ kernel_properties! {
 #[test]
 fn host_norm_q8_wide_rows() {
     common::run_host(2, wide_row_case(), rms_norm_q8);
-    common::run_host(2, wide_row_case(), add_rms_norm_q8);
     common::run_host(4, wide_row_case(), argmax);
 }
 
@@ -310,7 +277,6 @@ fn gpu_norm_large() {
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
     common::run_gpu("gpu_norm_large", 32, case(), softmax);
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm_q8);
-    common::run_gpu("gpu_norm_large", 32, case(), add_rms_norm_q8);
     let vocab = (1..=4u32, prop_oneof![Just(151_936u32), 1..=262_144u32], any::<bool>(), seed());
     common::run_gpu("gpu_norm_large", 16, vocab.prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed }), argmax);
 }

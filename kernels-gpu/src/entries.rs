@@ -159,7 +159,6 @@ kernel_table! {
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, eps: f32);
     kiln_rope_store = norm::rope_store [] (q: *const f32, k: *const f32, v: *const f32, q_norm: *const f32, k_norm: *const f32, q_out: *mut f32, k_cache: *mut u16, v_cache: *mut u16, heads: u32, kv_heads: u32, head_dim: u32, rot_dim: u32, max_ctx: u32, pos: *const u32, log2_base: f32, neox: u32, norm: u32, eps: f32);
-    kiln_add_rms_norm_q8 = norm::add_rms_norm_q8 [] (x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
     kiln_argmax_blocks = norm::argmax_blocks [] (x: *const f32, part: *mut u32, cols: u32);
     kiln_argmax_merge = norm::argmax_merge [] (part: *const u32, out: *mut u32, parts: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);

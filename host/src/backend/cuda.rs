@@ -168,6 +168,27 @@ impl Cuda {
         Ok(out)
     }
 
+    /// The split-format mat-vec over `n` rows of Q8_1 activations `x` = (`xq`, `xds`): `y = x·wᵀ`,
+    /// or `y += x·wᵀ` with `acc`. One resident wave, grid-striding over the row groups.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_matvec(&self, ty: GgmlType, qs: &DBuf<u8>, scales: &DBuf<u8>, w: &CudaWeight, n: u32, x: (Arg, Arg), y: Arg, acc: bool) -> Result<()> {
+        let k = match ty {
+            GgmlType::Q4_0 => names::kiln_matvec_q4_0,
+            GgmlType::Q4_1 => names::kiln_matvec_q4_1,
+            _ => names::kiln_matvec_q8_0,
+        };
+        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_resident(w.rows as u32, n, self.gpu.sm_count()));
+        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
+        self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.0, x.1, y, rows, cols, Arg::U32(u32::from(acc))])
+    }
+
+    /// `x += a·wᵀ` through a fresh output (the GEMM, f32-activation and f16 paths, which do
+    /// not accumulate).
+    fn add_matmul_output(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
+        let y = self.matmul(a, w)?;
+        self.add_assign(x, &y)
+    }
+
     /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
     /// quantized here.
     fn with_q8<T>(&self, x: &CudaTensor, f: impl FnOnce(Arg, Arg) -> Result<T>) -> Result<T> {
@@ -437,11 +458,6 @@ impl Backend for Cuda {
             }
             Storage::Split { ty, qs, scales } => {
                 ensure!(w.cols.is_multiple_of(32), "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
-                let k = match ty {
-                    GgmlType::Q4_0 => names::kiln_matvec_q4_0,
-                    GgmlType::Q4_1 => names::kiln_matvec_q4_1,
-                    _ => names::kiln_matvec_q8_0,
-                };
                 // Prefill: the tensor-core GEMM reads the weights once per token tile; the
                 // mat-vec reads them once per token, which only pays for a few tokens.
                 let gemm = match ty {
@@ -455,7 +471,7 @@ impl Backend for Cuda {
                         let dims = sh.mma(w.rows as u32, n, qs_words as u32);
                         self.gpu.launch(g, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(n)])
                     }
-                    None => self.gpu.launch(k, self.gpu.one_wave(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count())), &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(0)]),
+                    None => self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false),
                 })?;
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
@@ -469,7 +485,7 @@ impl Backend for Cuda {
         ensure!(x.cols % w.cols == 0, "norm {}: {} columns are not groups of {}", w.name, x.cols, w.cols);
         let mut out = self.tensor(x.rows, x.cols)?;
         let groups = x.len() / w.cols;
-        let (dims, cols) = (self.gpu.shapes().per_row(groups as u32), u32_arg(w.cols, "norm width")?);
+        let cols = u32_arg(w.cols, "norm width")?;
         if w.cols == x.cols && norm_q8_fits(x.cols) {
             // A whole-row norm feeds a quantized projection: emit its Q8_1 blocks as well.
             let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
@@ -477,7 +493,7 @@ impl Backend for Cuda {
             self.gpu.launch(names::kiln_rms_norm_q8, dims, &[x.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), cols, Arg::F32(eps)])?;
             out.q8 = Some(Box::new((xq, xds)));
         } else {
-            self.gpu.launch(names::kiln_rms_norm, dims, &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)])?;
+            self.gpu.launch(names::kiln_rms_norm, self.gpu.shapes().per_row(groups as u32), &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)])?;
         }
         Ok(out)
     }
@@ -504,25 +520,6 @@ impl Backend for Cuda {
                 Arg::F32(eps),
             ],
         )?;
-        Ok(out)
-    }
-
-    fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
-        let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
-        if w.cols != x.cols || !norm_q8_fits(x.cols) {
-            self.add_assign(x, y)?;
-            return self.rms_norm(x, w, eps);
-        }
-        ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
-        x.q8 = None;
-        let mut out = self.tensor(x.rows, x.cols)?;
-        let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
-        self.gpu.launch(
-            names::kiln_add_rms_norm_q8,
-            self.gpu.shapes().norm_q8(x.rows as u32, x.cols as u32),
-            &[x.arg(), y.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), u32_arg(x.cols, "norm width")?, Arg::F32(eps)],
-        )?;
-        out.q8 = Some(Box::new((xq, xds)));
         Ok(out)
     }
 
@@ -648,27 +645,14 @@ impl Backend for Cuda {
     }
 
     fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
-        let sh = self.gpu.shapes();
-        let n = a.rows as u32;
-        let k = match &w.storage {
-            Storage::Split { ty, .. } if !self.f32_activations && n < sh.gemm_min_tokens() => match ty {
-                GgmlType::Q4_0 => names::kiln_matvec_q4_0,
-                GgmlType::Q4_1 => names::kiln_matvec_q4_1,
-                _ => names::kiln_matvec_q8_0,
-            },
-            // The GEMM, f32-activation and f16 paths write a fresh output; add it separately.
-            _ => {
-                let y = self.matmul(a, w)?;
-                return self.add_assign(x, &y);
-            }
-        };
-        let Storage::Split { qs, scales, .. } = &w.storage else { unreachable!("matched above") };
+        let Storage::Split { ty, qs, scales } = &w.storage else { return self.add_matmul_output(x, a, w) };
+        if self.f32_activations || a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
+            return self.add_matmul_output(x, a, w);
+        }
         ensure!(a.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", a.cols, w.name, w.cols);
         ensure!(x.rows == a.rows && x.cols == w.rows, "matmul_add: residual is {}x{}, {} gives {}x{}", x.rows, x.cols, w.name, a.rows, w.rows);
         x.q8 = None;
-        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        let dims = self.gpu.one_wave(k, sh.matvec_resident(w.rows as u32, n, self.gpu.sm_count()));
-        self.with_q8(a, |xq, xds| self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), xq, xds, x.arg(), rows, cols, Arg::U32(1)]))
+        self.with_q8(a, |xq, xds| self.launch_matvec(*ty, qs, scales, w, a.rows as u32, (xq, xds), x.arg(), true))
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {

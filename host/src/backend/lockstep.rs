@@ -136,12 +136,6 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         let c = self.candidate.rms_norm_rope(&x.1, &w.1, eps, p, rope)?;
         self.check(&format!("rms_norm_rope {} pos {p}", w.2), "rms_norm_rope", r, c)
     }
-    fn add_rms_norm(&self, x: &mut Self::Tensor, y: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor> {
-        let r = self.reference.add_rms_norm(&mut x.0, &y.0, &w.0, eps)?;
-        let c = self.candidate.add_rms_norm(&mut x.1, &y.1, &w.1, eps)?;
-        self.resync("add (add_rms_norm)", "add", x)?;
-        self.check(&format!("add_rms_norm {}", w.2), "rms_norm", r, c)
-    }
     fn rope(&self, x: &mut Self::Tensor, p: usize, rope: &Rope) -> Result<()> {
         self.reference.rope(&mut x.0, p, rope)?;
         self.candidate.rope(&mut x.1, p, rope)?;

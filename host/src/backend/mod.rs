@@ -117,12 +117,6 @@ pub trait Backend {
         self.rope(&mut y, pos, rope)?;
         Ok(y)
     }
-    /// `x += y`, then RMSNorm of the new `x` (a residual add and the next block's norm); a
-    /// backend may fuse the two.
-    fn add_rms_norm(&self, x: &mut Self::Tensor, y: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor> {
-        self.add_assign(x, y)?;
-        self.rms_norm(x, w, eps)
-    }
     /// Rotates every head of row `i` by position `pos + i`, in place.
     fn rope(&self, x: &mut Self::Tensor, pos: usize, rope: &Rope) -> Result<()>;
     /// `silu(gate) * up`, elementwise.

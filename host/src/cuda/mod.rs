@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use kernels_gpu::kernels::launch::Dims;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use shapes::LaunchShapes;
 
@@ -87,6 +87,8 @@ struct CudaImp {
     stream: Arc<CudaStream>,
     /// Launch with programmatic stream serialization (the policy's `HAS_PDL`; `KILN_PDL=0` turns it off).
     pdl: bool,
+    /// Resident blocks per SM by (kernel, block size, shared bytes), asked of the driver once.
+    occupancy: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     _module: Arc<CudaModule>,
     functions: HashMap<&'static str, CudaFunction>,
 }
@@ -157,7 +159,7 @@ impl Gpu {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("{e:?}"))? as u32;
         let pdl = shapes.pdl() && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, pdl, _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
+        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, pdl, occupancy: Mutex::default(), _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
     }
 
     /// The same runtime over the host grid executor, with kernels instantiated for policy `P`
@@ -375,14 +377,16 @@ impl Gpu {
     /// blocks as fit on every multiprocessor at once (the driver's occupancy for its registers
     /// and shared memory). For grid-striding kernels only: a launch past one wave leaves a
     /// partial second wave running alone (a fused mat-vec at 77 registers fits 6 blocks per
-    /// SM, not the policy's 8). Unchanged on the host executor.
+    /// SM, not the policy's 8). Unchanged on the host executor. The driver is asked once per
+    /// (kernel, block, shared memory): this sits on every eager mat-vec launch.
     pub fn one_wave(&self, kernel: &'static str, dims: Dims) -> Dims {
         let Imp::Cuda(c) = &self.imp else { return dims };
         let Some(f) = c.functions.get(kernel) else { return dims };
-        match f.occupancy_max_active_blocks_per_multiprocessor(dims.block, dims.shared_bytes as usize, None) {
-            Ok(per_sm) if per_sm > 0 => Dims { grid_x: dims.grid_x.min(per_sm * self.sms), ..dims },
-            _ => dims,
-        }
+        let mut known = c.occupancy.lock().unwrap_or_else(|e| e.into_inner());
+        let per_sm = *known.entry((kernel, dims.block, dims.shared_bytes)).or_insert_with(|| {
+            f.occupancy_max_active_blocks_per_multiprocessor(dims.block, dims.shared_bytes as usize, None).unwrap_or(0)
+        });
+        if per_sm > 0 { Dims { grid_x: dims.grid_x.min(per_sm * self.sms), ..dims } } else { dims }
     }
 
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which

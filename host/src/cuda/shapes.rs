@@ -22,7 +22,7 @@ pub trait LaunchShapes: Send + Sync {
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
     fn argmax_merge(&self, rows: u32) -> Dims;
-    /// Register-resident norms emitting Q8_1 (`rms_norm_q8`, `add_rms_norm_q8`).
+    /// The register-resident norm emitting Q8_1 (`rms_norm_q8`).
     fn norm_q8(&self, rows: u32, cols: u32) -> Dims;
     /// The fused QK-norm + RoPE + KV-store launch of `n` tokens.
     fn rope_store(&self, heads: u32, kv_heads: u32, n: u32) -> Dims;

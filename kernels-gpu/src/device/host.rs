@@ -422,7 +422,7 @@ pub fn grid_dep_launch_dependents() {}
 pub fn prefetch_line_l2(_p: *const u8) {}
 
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
-    assert!(p as usize % 16 == 0, "st_v4: pointer {p:p} is not 16-byte aligned");
+    assert!((p as usize).is_multiple_of(16), "st_v4: pointer {p:p} is not 16-byte aligned");
     for (i, w) in v.into_iter().enumerate() {
         unsafe { *p.add(i) = w };
     }

@@ -61,7 +61,7 @@ pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
     Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
 }
 
-/// Register-resident norms (`rms_norm_q8`, `add_rms_norm_q8`): one block per row, one thread per
+/// The register-resident norm (`rms_norm_q8`): one block per row, one thread per
 /// 4 columns up to 1024 threads (then up to `ROW_CHUNKS` chunks each); one f64 scratch per warp.
 pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
     let chunks = div_ceil(cols, 4);

@@ -28,21 +28,37 @@ pub unsafe fn quantize_q8_1<P: TargetPolicy>(x: *const f32, xq: *mut i8, xds: *m
 /// activations goes through here, so their codes are identical bit for bit.
 #[inline(always)]
 pub unsafe fn quantize_block(v: f32, q: *mut i8, ds: *mut f32) {
-    let amax = warp_max(v.abs());
-    // Same arithmetic as the CPU backend (and llama.cpp's q8_1): codes from v·(1/d) rounded half
-    // away from zero, then d and d·Σq stored at f16 precision. Matching it operation for
-    // operation is what keeps greedy decoding identical across the two backends.
-    let d = amax / 127.0;
-    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-    let code = round_half_away_to_i32(v * id).clamp(-127, 127);
+    let (d, id) = q8_1_scale(warp_max(v.abs()));
+    let code = q8_1_code(v, id);
     let sum = warp_sum(code as f32);
     unsafe { *q = code as i8 };
     if lane() == 0 {
-        unsafe {
-            *ds = f16_round(d);
-            *ds.add(1) = f16_round(d * sum);
-        }
+        unsafe { (*ds, *ds.add(1)) = q8_1_stored(d, sum) };
     }
+}
+
+// The Q8_1 arithmetic every activation quantizer shares (here and the register-resident norms),
+// the same as the CPU backend's (and llama.cpp's q8_1): codes from v·(1/d) rounded half away
+// from zero, then d and d·Σq stored at f16 precision. Matching it operation for operation is
+// what keeps greedy decoding identical across the two backends.
+
+/// `(d, 1/d)` of a block whose largest magnitude is `amax` (both 0 for an all-zero block).
+#[inline(always)]
+pub fn q8_1_scale(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d == 0.0 { 0.0 } else { 1.0 / d })
+}
+
+/// The code of `v` given `id` = 1/d.
+#[inline(always)]
+pub fn q8_1_code(v: f32, id: f32) -> i32 {
+    round_half_away_to_i32(v * id).clamp(-127, 127)
+}
+
+/// The block's stored pair: `d` and `d·Σq` (`sum` = Σ codes), each rounded to f16 precision.
+#[inline(always)]
+pub fn q8_1_stored(d: f32, sum: f32) -> (f32, f32) {
+    (f16_round(d), f16_round(d * sum))
 }
 
 /// One block's quants with one or two 16-byte loads (the branch folds away per format).
@@ -256,33 +272,24 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
     // to is block-uniform, so the whole block takes the same branch.
     let groups = [rows0, rows1, rows2].map(|r| (r as usize).div_ceil(warps));
-    let mut group = block_idx() as usize;
-    {
-        // This block's first group (the same matrix choice as the loop below makes).
-        let (qs, scales, rows, g) = if group < groups[0] {
-            (w0, s0, rows0, group)
+    // The matrix and its group number for a group (a branch, not an array indexed by the
+    // matrix: that array would live in local memory). Groups past the end map into matrix 2
+    // with no live rows.
+    let pick = |group: usize| {
+        if group < groups[0] {
+            (w0, s0, y0, rows0 as usize, group)
         } else if group < groups[0] + groups[1] {
-            (w1, s1, rows1, group - groups[0])
+            (w1, s1, y1, rows1 as usize, group - groups[0])
         } else {
-            (w2, s2, rows2, group.saturating_sub(groups[0] + groups[1]))
-        };
-        prefetch_rows::<P, F>(qs, scales, g * warps, warps, rows as usize, nb);
-    }
+            (w2, s2, y2, rows2 as usize, group.saturating_sub(groups[0] + groups[1]))
+        }
+    };
+    let mut group = block_idx() as usize;
+    let (qs, scales, _, rows, g) = pick(group);
+    prefetch_rows::<P, F>(qs, scales, g * warps, warps, rows, nb);
     pdl_wait::<P>();
     while group < groups[0] + groups[1] + groups[2] {
-        let (m, g) = if group < groups[0] {
-            (0, group)
-        } else if group < groups[0] + groups[1] {
-            (1, group - groups[0])
-        } else {
-            (2, group - groups[0] - groups[1])
-        };
-        // A branch, not an array indexed by `m`: that array would live in local memory.
-        let (qs, scales, y, rows) = match m {
-            0 => (w0, s0, y0, rows0 as usize),
-            1 => (w1, s1, y1, rows1 as usize),
-            _ => (w2, s2, y2, rows2 as usize),
-        };
+        let (qs, scales, y, rows, g) = pick(group);
         let row = g * warps + warp_id() as usize;
         let w = [WeightRow { qs, scales, row, live: row < rows }];
         let [s] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, x, nb) };

@@ -2,6 +2,7 @@
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
 use crate::kernels::elementwise::{rope_pair, rotate};
+use crate::kernels::matvec::{q8_1_code, q8_1_scale, q8_1_stored};
 use policies::TargetPolicy;
 
 /// `out[r] = x[r] / rms(x[r]) * w` for each of the grid's rows (`cols` each). `w` (`cols`) is
@@ -43,7 +44,7 @@ fn inv_rms_of(ss: f64, cols: u32, eps: f32) -> f32 {
     (1.0 / sqrt_f64(ss / cols as f64 + eps as f64)) as f32
 }
 
-/// Chunks of 4 consecutive floats a thread of [`rms_norm_q8`] / [`add_rms_norm_q8`] holds in
+/// Chunks of 4 consecutive floats a thread of [`rms_norm_q8`] holds in
 /// registers: chunk `thread + k·block_dim` for `k < ROW_CHUNKS`. The row is loaded once with
 /// 16-byte loads and never re-read, so a norm costs one memory round trip instead of a
 /// latency-bound strided loop per pass (a single 256-thread block took ~20 µs for 4096 columns).
@@ -66,24 +67,6 @@ unsafe fn load_chunks(x: *const f32, cols: u32) -> Chunks {
     v
 }
 
-/// `x += y`, then [`rms_norm_q8`] of the new `x`: a residual add and the following norm in one
-/// launch, bit for bit what `add_assign` then [`rms_norm_q8`] compute. `cols % 32 == 0`,
-/// `cols <= MAX_ROW_COLS`. Launch: [`launch::norm_q8`](crate::kernels::launch::norm_q8).
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn add_rms_norm_q8<P: TargetPolicy>(x: *mut f32, y: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
-    let row = block_idx() as usize * cols as usize;
-    let mut v = unsafe { load_chunks(x.add(row), cols) };
-    let d = unsafe { load_chunks(y.add(row), cols) };
-    unroll::<ROW_CHUNKS>(|k| {
-        let j = thread_idx() + k as u32 * block_dim();
-        v[k] = core::array::from_fn(|e| v[k][e] + d[k][e]);
-        if j < cols / 4 {
-            unsafe { st_v4(x.add(row + 4 * j as usize) as *mut u32, v[k].map(f32::to_bits)) };
-        }
-    });
-    unsafe { norm_q8_chunks(v, w, out.add(row), xq.add(row), xds.add(row / 16), cols, eps) }
-}
-
 /// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, exactly as
 /// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them for `out`): the
 /// consumer of a norm is a quantized mat-vec, which then needs no quantize launch of its own.
@@ -96,8 +79,8 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *m
 
 /// Normalizes one row held as [`Chunks`] and writes it as f32 and as Q8_1 blocks. A 32-element
 /// block is the chunks of 8 neighbouring lanes (block_dim is a multiple of 32, so a group never
-/// straddles warps), reduced with 3 butterfly rounds; the arithmetic per element is
-/// [`quantize_block`](crate::kernels::matvec::quantize_block)'s.
+/// straddles warps), reduced with 3 butterfly rounds; the arithmetic is
+/// [`quantize_block`](crate::kernels::matvec::quantize_block)'s shared `q8_1_*` steps.
 #[inline(always)]
 unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
     // The weights load before the reduction's barriers, so their latency overlaps it.
@@ -108,10 +91,8 @@ unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, x
         let j = thread_idx() + k as u32 * block_dim();
         let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
         // Every lane joins the butterflies (a group past the row reduces zeros).
-        let amax = lane_group_max(y.iter().fold(0f32, |m, a| m.max(a.abs())), 8);
-        let d = amax / 127.0;
-        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-        let codes = y.map(|a| round_half_away_to_i32(a * id).clamp(-127, 127));
+        let (d, id) = q8_1_scale(lane_group_max(y.iter().fold(0f32, |m, a| m.max(a.abs())), 8));
+        let codes = y.map(|a| q8_1_code(a, id));
         let sum = lane_group_sum(codes.iter().map(|&c| c as f32).sum(), 8);
         if j < cols / 4 {
             let at = 4 * j as usize;
@@ -120,8 +101,7 @@ unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, x
                 st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
                 *(xq.add(at) as *mut u32) = packed;
                 if j % 8 == 0 {
-                    *xds.add(at / 16) = f16_round(d);
-                    *xds.add(at / 16 + 1) = f16_round(d * sum);
+                    (*xds.add(at / 16), *xds.add(at / 16 + 1)) = q8_1_stored(d, sum);
                 }
             }
         }
