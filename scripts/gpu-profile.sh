@@ -12,6 +12,28 @@ for spec in ${@:-qwen3-8b:q4_0}; do
   f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
   [ -f "$f" ] || /tmp/kb/xtask gen-model --preset "${spec%%:*}" --quant "${spec##*:}" --out "$f" 2>&1 | tail -1
   tag=${spec//:/-}
+  if [ -n "${PREFILL:-}" ]; then
+    # Where a 512-token prefill's time goes: every kernel of one eager prefill under ncu,
+    # summed by kernel name.
+    P=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))")
+    KILN_CUDA_GRAPHS=0 timeout 300 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+      /tmp/kb/kiln generate -m "$f" -p "$P" -n 1 --temp 0 --device cuda > /tmp/$tag-prefill.csv 2>/dev/null
+    python3 - /tmp/$tag-prefill.csv <<'PY' | tee "$OUT/$tag-prefill.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12]
+h = rows[0]; k, v, g, u = h.index("Kernel Name"), h.index("Metric Value"), h.index("Grid Size"), h.index("Metric Unit")
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+tot = collections.defaultdict(float); cnt = collections.Counter(); grids = collections.defaultdict(set)
+for r in rows[1:]:
+    name = r[k].split("(")[0]; us = float(r[v].replace(",", "")) * scale.get(r[u], 1e-3)
+    tot[name] += us; cnt[name] += 1; grids[name].add(r[g])
+all_us = sum(tot.values())
+print(f"prefill kernels: {sum(cnt.values())} launches, {all_us:.0f} us GPU time")
+for name, us in sorted(tot.items(), key=lambda x: -x[1]):
+    print(f"{name:40s} {cnt[name]:5d} launches {us:9.0f} us {100*us/all_us:5.1f} %  grids {sorted(grids[name])[:4]}")
+PY
+    continue
+  fi
   # Decode speed with and without programmatic dependent launch; the tokens must agree.
   for pdl in 1 0 1; do
     KILN_PDL=$pdl /tmp/kb/kiln generate -m "$f" -p "The capital of France is" -n 128 --temp 0 --device cuda --json > "$OUT/$tag-gen$pdl.json" 2>/dev/null

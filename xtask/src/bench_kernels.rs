@@ -290,7 +290,8 @@ pub fn run(a: Args) -> Result<()> {
         cases.push(bench_matvec::<formats::Q4_1>(&gpu, "matvec_q4_1", rows, cols, a.iters, copy_gbps, &mut rng)?);
     }
     let mut gemm = Vec::new();
-    for (tokens, rows, cols) in [(512, 4096, 4096), (512, 12288, 4096), (512, 4096, 12288)] {
+    // qwen3-8b's prefill shapes at 512 tokens: q/o, k/v, gate/up, down.
+    for (tokens, rows, cols) in [(512, 4096, 4096), (512, 1024, 4096), (512, 14336, 4096), (512, 4096, 14336)] {
         gemm.push(bench_gemm::<formats::Q4_0>(&gpu, "mma_q4_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
         gemm.push(bench_gemm::<formats::Q8_0>(&gpu, "mma_q8_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
         gemm.push(bench_gemm::<formats::Q4_1>(&gpu, "mma_q4_1", tokens, rows, cols, a.iters / 4, &mut rng)?);

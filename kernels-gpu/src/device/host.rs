@@ -402,6 +402,9 @@ pub fn exp2(x: f32) -> f32 {
 pub fn rsqrt(x: f32) -> f32 {
     1.0 / x.sqrt()
 }
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}
 pub fn sqrt_f64(x: f64) -> f64 {
     x.sqrt()
 }

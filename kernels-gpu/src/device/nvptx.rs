@@ -164,6 +164,14 @@ pub fn rsqrt(x: f32) -> f32 {
     r
 }
 
+/// `fma.rn.f32`: `a·b + c` rounded once (what the CPU's `f32::mul_add` returns).
+#[inline(always)]
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack)) };
+    r
+}
+
 /// `sqrt.rn.f64`: the correctly rounded square root (what the CPU's `f64::sqrt` returns).
 #[inline(always)]
 pub fn sqrt_f64(x: f64) -> f64 {

@@ -4,7 +4,7 @@
 //!
 //! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
 //! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
-use crate::device::{dp4a_s32, f16_to_f32};
+use crate::device::{dp4a_s32, f16_to_f32, fma_f32};
 
 /// Elements per quant block of every split format.
 pub const QK: usize = 32;
@@ -27,8 +27,8 @@ pub trait SplitFormat: 'static {
     /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq): the exact integer dot of
     /// [`codes4`](Self::codes4) with `xq`, then [`scale_dot`](Self::scale_dot).
     #[inline(always)]
-    fn block_dot(qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
-        Self::scale_dot(Self::scales(scale), Self::int_dot(qs, xq), xd, xs)
+    fn block_dot(acc: f32, qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+        Self::scale_dot(acc, Self::scales(scale), Self::int_dot(qs, xq) as f32, xd, xs)
     }
 
     /// Σ codes·xq over one block, exact (`dp4a`).
@@ -37,10 +37,12 @@ pub trait SplitFormat: 'static {
     /// The block's scale data as f32: `[d, m]` (`m` = 0 for formats without one).
     fn scales(scale: *const u8) -> [f32; 2];
 
-    /// The float part of a block dot, from the exact integer dot `dot` of the codes with the
-    /// activation codes. The mat-vec and the GEMM both finish every block with this, so they
-    /// agree up to the order in which blocks are summed.
-    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, xs: f32) -> f32;
+    /// `acc` plus the float part of a block dot, from the exact integer dot `dot` of the codes
+    /// with the activation codes (as f32: |dot| ≤ 32·128² is exact). The mat-vec and the GEMM
+    /// both finish every block with this, so they agree up to the order in which blocks are
+    /// summed. Fused multiply-adds: in the GEMM this runs once per output element and block, and
+    /// the f32 pipe is its bound.
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32;
 
     /// The quant word (0..QS_WORDS) holding elements `k0..k0+4` (`k0 % 4 == 0`).
     fn code_word(k0: u32) -> u32;
@@ -134,8 +136,8 @@ impl SplitFormat for Q4_0 {
         [half_at(scale), 0.0]
     }
     #[inline(always)]
-    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, _xs: f32) -> f32 {
-        w[0] * (xd * dot as f32)
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
+        fma_f32(w[0], xd * dot, acc)
     }
     #[inline(always)]
     fn code_word(k0: u32) -> u32 {
@@ -174,8 +176,8 @@ impl SplitFormat for Q4_1 {
         [half_at(scale), half_at(unsafe { scale.add(2) })]
     }
     #[inline(always)]
-    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, xs: f32) -> f32 {
-        w[0] * xd * dot as f32 + w[1] * xs
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
+        fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
     }
     #[inline(always)]
     fn code_word(k0: u32) -> u32 {
@@ -218,8 +220,8 @@ impl SplitFormat for Q8_0 {
         [half_at(scale), 0.0]
     }
     #[inline(always)]
-    fn scale_dot(w: [f32; 2], dot: i32, xd: f32, _xs: f32) -> f32 {
-        w[0] * xd * dot as f32
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
+        fma_f32(w[0], xd * dot, acc)
     }
     #[inline(always)]
     fn code_word(k0: u32) -> u32 {

@@ -38,13 +38,13 @@ pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Di
     Dims { grid_x: if groups < wave { groups } else { wave }, grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
 }
 
-/// Quantized GEMM (`kernels/mma.rs`): one block per `TILE_M` rows × `TILE_N` tokens, shared
-/// memory for `STAGES` stages of weights with `qs_words` u32 of quants per block
+/// Quantized GEMM (`kernels/mma.rs`): one block per `TILE_N` tokens (x) × `TILE_M` rows (y),
+/// shared memory for `STAGES` stages of weights with `qs_words` u32 of quants per block
 /// (`SplitFormat::QS_WORDS`).
 pub const fn mma<P: TargetPolicy>(rows: u32, n: u32, qs_words: u32) -> Dims {
     Dims {
-        grid_x: div_ceil(rows, P::TILE_M),
-        grid_y: div_ceil(n, P::TILE_N),
+        grid_x: div_ceil(n, P::TILE_N),
+        grid_y: div_ceil(rows, P::TILE_M),
         block: P::GEMM_WARPS * WARP,
         shared_bytes: crate::kernels::mma::smem_bytes::<P>(qs_words),
     }

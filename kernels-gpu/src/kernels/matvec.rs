@@ -218,7 +218,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightR
                 unroll::<R>(|r| {
                     if w[r].live {
                         let sc = unsafe { w[r].scales.add((w[r].row * nb + b) * F::SCALE_BYTES) };
-                        acc[r] += F::block_dot(&wq[r][u], sc, &xw[u], xd[u].0, xd[u].1);
+                        acc[r] = F::block_dot(acc[r], &wq[r][u], sc, &xw[u], xd[u].0, xd[u].1);
                     }
                 });
             }

@@ -37,6 +37,13 @@ pub const fn smem_bytes<P: TargetPolicy>(qs_words: u32) -> u32 {
 /// Scale entries one thread loads per stage, held in registers (compile-time bound).
 const MAX_STAGED: usize = 4;
 
+/// Every mma accumulates onto these f32 bits (1.5·2²³) instead of 0: while |dot| < 2²² (a block
+/// dot is at most 32·128·128 = 2¹⁹) the s32 result, read as f32 bits, is exactly 1.5·2²³ + dot, so
+/// one f32 subtraction recovers the dot. The int→float conversion it replaces runs at a quarter
+/// of the f32 rate and, once per output element and block, was the GEMM's bottleneck.
+const DOT_BIAS_BITS: i32 = 0x4B40_0000;
+const DOT_BIAS: f32 = 12_582_912.0;
+
 /// `y` (`n × rows`) = `x` · Wᵀ with W (`rows × cols`, `qs` 16-byte aligned) in split layout `F`
 /// and `x` (`n × cols`) quantized to `xq`/`xds`. Launch: [`launch::mma`].
 ///
@@ -210,7 +217,9 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
         assert!(smem_bytes::<P>(8) <= P::MAX_SMEM_PER_BLOCK);
     };
     let nb = cols / QK as u32;
-    let pr = Problem { qs, scales, xq, xds, rows, n, nb, row0: block_idx() * P::TILE_M, tok0: block_idx_y() * P::TILE_N };
+    // Token tiles run fastest through the grid: the blocks of one weight tile are resident
+    // together and share its bytes in L2, so the weights stream from memory about once.
+    let pr = Problem { qs, scales, xq, xds, rows, n, nb, row0: block_idx_y() * P::TILE_M, tok0: block_idx() * P::TILE_N };
     let warps_m = P::TILE_M / P::GEMM_WARP_M;
     let (wr0, wt0) = ((warp_id() % warps_m) * P::GEMM_WARP_M, (warp_id() / warps_m) * P::GEMM_WARP_N);
     let hw = F::QS_WORDS as u32 / 4;
@@ -271,13 +280,13 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
             });
             unroll::<MI>(|mi| {
                 unroll::<NI>(|ni| {
-                    let d = mma_m16n8k32_s32_s8(a[mi], b[ni], [0; 4]);
+                    let d = mma_m16n8k32_s32_s8(a[mi], b[ni], [DOT_BIAS_BITS; 4]);
                     unroll::<4>(|i| {
                         let (row, tok) = frag_k32::c(ln, i as u32);
                         let wo = (2 * (j * P::TILE_M + wr0 + 16 * mi as u32 + row)) as usize;
                         let xo = (2 * (j * P::TILE_N + wt0 + 8 * ni as u32 + tok)) as usize;
                         let (w, xd, xs) = unsafe { ([*cur.ws.add(wo), *cur.ws.add(wo + 1)], *cur.xs.add(xo), *cur.xs.add(xo + 1)) };
-                        acc[mi][ni][i] += F::scale_dot(w, d[i], xd, xs);
+                        acc[mi][ni][i] = F::scale_dot(acc[mi][ni][i], w, f32::from_bits(d[i] as u32) - DOT_BIAS, xd, xs);
                     })
                 })
             });
