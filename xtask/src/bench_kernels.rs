@@ -209,8 +209,9 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
     let sh = gpu.shapes();
     let (t32, r32, c32) = (tokens as u32, rows as u32, cols as u32);
     gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(c32, t32), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)])?;
-    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(0)];
-    let gemm_args = [&args[..], &[Arg::U32(t32)]].concat();
+    let gemm_args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(t32)];
+    // The mat-vec's last argument: overwrite y, not add to it.
+    let args = [&gemm_args[..7], &[Arg::U32(0)]].concat();
     let gemm = match F::GGUF_BYTES {
         18 => names::kiln_mma_q4_0,
         20 => names::kiln_mma_q4_1,
@@ -290,8 +291,8 @@ pub fn run(a: Args) -> Result<()> {
         cases.push(bench_matvec::<formats::Q4_1>(&gpu, "matvec_q4_1", rows, cols, a.iters, copy_gbps, &mut rng)?);
     }
     let mut gemm = Vec::new();
-    // qwen3-8b's prefill shapes at 512 tokens: q/o, k/v, gate/up, down.
-    for (tokens, rows, cols) in [(512, 4096, 4096), (512, 1024, 4096), (512, 14336, 4096), (512, 4096, 14336)] {
+    // qwen3-8b's prefill shapes at 512 tokens: gate/up, q/o, k/v, down.
+    for (tokens, rows, cols) in [(512, 12288, 4096), (512, 4096, 4096), (512, 1024, 4096), (512, 4096, 12288)] {
         gemm.push(bench_gemm::<formats::Q4_0>(&gpu, "mma_q4_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
         gemm.push(bench_gemm::<formats::Q8_0>(&gpu, "mma_q8_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
         gemm.push(bench_gemm::<formats::Q4_1>(&gpu, "mma_q4_1", tokens, rows, cols, a.iters / 4, &mut rng)?);

@@ -19,8 +19,9 @@
 //!   reference: { ran: bool, path: str|null, note: str },
 //!   models: [ {
 //!     file, sha256, size_bytes,
-//!     kiln: { load_s, vram_baseline_bytes|null, vram_peak_bytes|null, vram_peak_over_baseline_bytes|null },
-//!     llama_cpp: { build_commit, gpu_info, model_type, model_size } | null,
+//!     kiln: { load_s, vram_baseline_bytes|null, vram_peak_bytes|null, vram_peak_over_baseline_bytes|null,
+//!             vram_process_bytes|null },
+//!     llama_cpp: { build_commit, gpu_info, model_type, model_size, vram_process_bytes|null } | null,
 //!     tests: [ {
 //!       name, kind ("pp"|"tg"), n_tokens, depth,
 //!       kiln: { tps_median, tps_reps: [f64], ttft_ms_median|null, ttft_ms_reps: [f64],
@@ -33,10 +34,15 @@
 //! percentiles pool every decode step of every rep; TTFT (pp tests only) is the start of the
 //! prefill to the first greedy token id on the host. VRAM is device-wide used memory
 //! (total − free, sampled after load, after each prefill and after each decode loop) minus the
-//! value before the model was loaded; null on the CPU.
+//! value before the model was loaded; null on the CPU. `vram_process_bytes` is what each engine's
+//! process holds, CUDA context included, so the two are comparable: for kiln its peak minus
+//! nvidia-smi's reading before kiln created a context; for llama.cpp the peak of nvidia-smi
+//! sampled every 20 ms during each llama-bench run minus the reading just before it (kiln's
+//! memory is constant meanwhile), the largest over its runs.
 mod kiln_runner;
 mod llama_bench;
 mod report;
+mod vram;
 #[cfg(test)]
 mod tests;
 
@@ -214,6 +220,7 @@ pub struct KilnModel {
     pub vram_baseline_bytes: Option<u64>,
     pub vram_peak_bytes: Option<u64>,
     pub vram_peak_over_baseline_bytes: Option<u64>,
+    pub vram_process_bytes: Option<u64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -289,8 +296,12 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
     let report = match &pool {
-        Some(pool) => pool.install(|| measure_all(&a, &specs, llama.as_ref(), || Ok(Cpu::new())))?,
-        None => measure_all(&a, &specs, llama.as_ref(), || Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda"))?,
+        Some(pool) => pool.install(|| measure_all(&a, &specs, llama.as_ref(), None, || Ok(Cpu::new())))?,
+        None => {
+            // Before any CUDA context of this process exists.
+            let before_context = vram::used_now();
+            measure_all(&a, &specs, llama.as_ref(), before_context, || Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda"))?
+        }
     };
     let table = report::write_all(&report, &a.out)?;
     println!("{table}");
@@ -302,6 +313,7 @@ fn measure_all<D: Device>(
     a: &Args,
     specs: &[TestSpec],
     llama: Option<&LlamaBench>,
+    before_context: Option<u64>,
     new_device: impl Fn() -> Result<D>,
 ) -> Result<Report> {
     let reference = match llama {
@@ -321,7 +333,9 @@ fn measure_all<D: Device>(
     for file in &a.models {
         let dev = new_device()?;
         device = dev.describe();
-        models.push(measure_model(a, specs, llama, dev, file).with_context(|| file.display().to_string())?);
+        let mut m = measure_model(a, specs, llama, dev, file).with_context(|| file.display().to_string())?;
+        m.kiln.vram_process_bytes = m.kiln.vram_peak_bytes.zip(before_context).map(|(p, b)| p.saturating_sub(b));
+        models.push(m);
     }
     Ok(Report {
         schema: "kiln-bench-model/1",
@@ -368,6 +382,8 @@ fn measure_model<D: Device>(
     let mut kiln_samples: Vec<Vec<KilnSample>> = vec![Vec::new(); specs.len()];
     let mut llama_samples: Vec<Vec<llama_bench::Sample>> = (0..specs.len()).map(|_| Vec::new()).collect();
     let mut llama_info = None;
+    let mut llama_vram: Option<u64> = None;
+    let on_gpu = kiln.device().used_bytes().is_some();
     for step in schedule(a.reps, specs.len(), llama.is_some()) {
         let spec = &specs[step.test];
         match (step.engine, llama) {
@@ -376,8 +392,9 @@ fn measure_model<D: Device>(
                 eprintln!("  rep {} {:>12} kiln      {:>10.1} t/s", step.rep, spec.name(), s.tps);
                 kiln_samples[step.test].push(s);
             }
-            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => match l.run(file, spec) {
-                Ok((s, info)) => {
+            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => match measured_vram(on_gpu, || l.run(file, spec)) {
+                Ok(((s, info), vram)) => {
+                    llama_vram = llama_vram.max(vram);
                     eprintln!("  rep {} {:>12} llama.cpp {:>10.1} t/s", step.rep, spec.name(), s.avg_ts);
                     llama_samples[step.test].push(s);
                     llama_info.get_or_insert(info);
@@ -411,6 +428,9 @@ fn measure_model<D: Device>(
             TestReport { name: spec.name(), kind: spec.kind, n_tokens: spec.n, depth: spec.depth, kiln, llama_cpp, ratio }
         })
         .collect();
+    if let Some(info) = &mut llama_info {
+        info.vram_process_bytes = llama_vram;
+    }
     Ok(ModelReport {
         file: file.display().to_string(),
         sha256,
@@ -420,6 +440,16 @@ fn measure_model<D: Device>(
         tests,
         notes,
     })
+}
+
+/// Runs `f` (one llama-bench run) under the nvidia-smi sampler when kiln runs on a GPU: the
+/// peak over the reading just before it, `None` where nvidia-smi cannot tell.
+fn measured_vram<T>(on_gpu: bool, f: impl FnOnce() -> Result<T>) -> Result<(T, Option<u64>)> {
+    let before = on_gpu.then(vram::used_now).flatten();
+    let sampler = before.and_then(|_| vram::Sampler::start());
+    let r = f();
+    let peak = sampler.and_then(|s| s.stop());
+    Ok((r?, peak.zip(before).map(|(p, b)| p.saturating_sub(b))))
 }
 
 /// SHA-256 (hex) and size of a file, streamed (model files run to tens of GB).

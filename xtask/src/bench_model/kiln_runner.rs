@@ -136,6 +136,7 @@ impl<D: Device> KilnRunner<D> {
             vram_baseline_bytes: self.baseline,
             vram_peak_bytes: self.peak,
             vram_peak_over_baseline_bytes: self.peak.zip(self.baseline).map(|(p, b)| p.saturating_sub(b)),
+            vram_process_bytes: None, // needs a reading from before the CUDA context: `measure_all`
         }
     }
 

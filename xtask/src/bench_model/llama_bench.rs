@@ -53,6 +53,8 @@ pub struct LlamaModelInfo {
     pub gpu_info: String,
     pub model_type: String,
     pub model_size: u64,
+    /// Device memory llama-bench's process held at its peak (filled in by `bench model`).
+    pub vram_process_bytes: Option<u64>,
 }
 
 impl LlamaBench {
@@ -182,6 +184,7 @@ pub fn parse(json: &str, spec: &TestSpec) -> Result<(Sample, LlamaModelInfo)> {
         gpu_info: text(r, "gpu_info")?,
         model_type: text(r, "model_type")?,
         model_size: uint(r, "model_size")?,
+        vram_process_bytes: None,
     };
     Ok((sample, info))
 }

@@ -40,10 +40,17 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "Reference: {}", r.reference.note);
     }
     s.push('\n');
-    s.push_str("| model | test | kiln t/s | llama.cpp t/s | kiln/llama.cpp | p95 ms/token | TTFT ms | VRAM MiB | load s |\n");
+    s.push_str("| model | test | kiln t/s | llama.cpp t/s | kiln/llama.cpp | p95 ms/token | TTFT ms | VRAM MiB kiln / llama.cpp | load s |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for m in &r.models {
-        let vram = opt(m.kiln.vram_peak_over_baseline_bytes.map(|b| b as f64), |b| format!("{:.0}", b / (1u64 << 20) as f64));
+        // Per process, CUDA context included, where both figures exist; else kiln's memory
+        // over its pre-load baseline.
+        let mib = |b: Option<u64>| opt(b.map(|b| b as f64), |b| format!("{:.0}", b / (1u64 << 20) as f64));
+        let llama_vram = m.llama_cpp.as_ref().and_then(|l| l.vram_process_bytes);
+        let vram = match m.kiln.vram_process_bytes {
+            Some(k) => format!("{} / {}", mib(Some(k)), mib(llama_vram)),
+            None => mib(m.kiln.vram_peak_over_baseline_bytes),
+        };
         for t in &m.tests {
             let _ = writeln!(
                 s,

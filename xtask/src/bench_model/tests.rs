@@ -62,6 +62,7 @@ fn parses_llama_bench_json() {
             gpu_info: "NVIDIA H200".into(),
             model_type: "qwen3 8B Q4_0".into(),
             model_size: 4_677_120_000,
+            vram_process_bytes: None,
         }
     );
     let (s, _) = llama_bench::parse(SAMPLE, &TG128_D4096).unwrap();
@@ -175,6 +176,7 @@ fn sample_report() -> Report {
                 vram_baseline_bytes: Some(1 << 30),
                 vram_peak_bytes: Some(6 << 30),
                 vram_peak_over_baseline_bytes: Some(5 << 30),
+                vram_process_bytes: None,
             },
             llama_cpp: None,
             tests: vec![
@@ -197,7 +199,24 @@ fn markdown_rows() {
             "| qwen3-8b-q4_0 | tg128 | 330.0 | — | — | 3.12 | — | 5120 | 1.50 |",
         ]
     );
-    assert!(md.contains("| model | test | kiln t/s | llama.cpp t/s | kiln/llama.cpp | p95 ms/token | TTFT ms | VRAM MiB | load s |"));
+    assert!(md.contains("| model | test | kiln t/s | llama.cpp t/s | kiln/llama.cpp | p95 ms/token | TTFT ms | VRAM MiB kiln / llama.cpp | load s |"));
+}
+
+#[test]
+fn markdown_vram_per_process_when_both_are_measured() {
+    let mut r = sample_report();
+    let m = &mut r.models[0];
+    m.kiln.vram_process_bytes = Some(5632 << 20);
+    m.llama_cpp = Some(LlamaModelInfo {
+        build_commit: "x".into(),
+        gpu_info: "NVIDIA H200".into(),
+        model_type: "qwen3 8B Q4_0".into(),
+        model_size: 1,
+        vram_process_bytes: Some(6144 << 20),
+    });
+    let md = report::markdown(&r);
+    let row = md.lines().find(|l| l.starts_with("| qwen3-8b-q4_0 | pp512")).unwrap();
+    assert!(row.ends_with("| 5632 / 6144 | 1.50 |"), "{row}");
 }
 
 #[test]
