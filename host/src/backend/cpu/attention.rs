@@ -1,13 +1,16 @@
 //! Causal grouped-query attention over the f16 KV cache.
 //!
 //! Cache layout per layer: `[n_kv_head][max_seq][head_dim]`. Each (query row, head) pair is one
-//! rayon task: scores against the head's contiguous keys, softmax, weighted sum of values.
+//! rayon task: scores against the head's contiguous keys, softmax, weighted sum of values; in
+//! [`Numerics::Llama`], llama.cpp's single-pass version of the same ([`llama_row`]).
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::CpuTensor;
 use crate::backend::{Attention, KvSpec};
+use crate::numerics::{Numerics, dot_f16_values_ggml};
 
 /// Below this many query-key multiply-adds attention runs on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 15;
@@ -25,6 +28,7 @@ pub(super) fn store(cache: &mut [f16], x: &CpuTensor, pos: usize, spec: &KvSpec)
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     kc: &[f16],
     vc: &[f16],
@@ -33,6 +37,7 @@ pub(super) fn attend(
     pos: usize,
     attn: &Attention,
     max_seq: usize,
+    numerics: Numerics,
 ) {
     let hd = attn.head_dim;
     let group = attn.n_head / attn.n_kv_head;
@@ -45,6 +50,9 @@ pub(super) fn attend(
         let len = pos + i + 1;
         let keys = &kc[base..base + len * hd];
         let vals = &vc[base..base + len * hd];
+        if numerics == Numerics::Llama {
+            return llama_row(simd, qh, keys, vals, attn.scale, o);
+        }
         let mut scores: Vec<f32> =
             keys.chunks_exact(hd).map(|k| simd.dot(qh, k) * attn.scale).collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -65,6 +73,66 @@ pub(super) fn attend(
         out.data.chunks_exact_mut(hd).enumerate().for_each(task);
     } else {
         out.data.par_chunks_exact_mut(hd).enumerate().for_each(task);
+    }
+}
+
+/// One query row against `keys`/`vals` (rows of `q.len()`) as llama.cpp's CPU flash attention
+/// computes it over an f16 cache (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`, its
+/// path for batches under 64 queries over fewer than 512 cached positions; longer ones take
+/// tiled or split paths that this does not reproduce): the query rounded to f16, scores
+/// scaled after the dot, one pass with a running maximum and sum, and values accumulated in
+/// f16 — rescaled when the maximum rises, each multiply-add rounded back to f16.
+fn llama_row(simd: Simd, q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd.avx2 {
+        // SAFETY: the features were detected by `Simd::detect`.
+        return unsafe { llama_row_fma(q, keys, vals, scale, o) };
+    }
+    let _ = simd;
+    llama_row_in(q, keys, vals, scale, o)
+}
+
+/// [`llama_row`] with `mul_add` as one instruction instead of a libm call.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn llama_row_fma(q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
+    llama_row_in(q, keys, vals, scale, o)
+}
+
+#[inline(always)]
+fn llama_row_in(q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
+    let hd = q.len();
+    // f16 values held as f32 (exactly): the query, each key or value row, the accumulator,
+    // which `acc16` rounds back to f16 after each update.
+    let q16: Vec<f32> = q.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+    let (mut acc, mut row, mut acc16) = (vec![0f32; hd], vec![0f32; hd], vec![f16::ZERO; hd]);
+    let mut round_acc = |acc: &mut [f32]| {
+        acc16.convert_from_f32_slice(acc);
+        acc16.convert_to_f32_slice(acc);
+    };
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for (k, v) in keys.chunks_exact(hd).zip(vals.chunks_exact(hd)) {
+        k.convert_to_f32_slice(&mut row);
+        let s = dot_f16_values_ggml(&q16, &row) * scale;
+        // A new maximum rescales the sums so far and weighs this key 1; else its weight is < 1.
+        let (ms, vs) = if s > max {
+            let ms = (max - s).exp();
+            max = s;
+            acc.iter_mut().for_each(|a| *a *= ms);
+            round_acc(&mut acc);
+            (ms, 1.0)
+        } else {
+            (1.0, (s - max).exp())
+        };
+        v.convert_to_f32_slice(&mut row);
+        acc.iter_mut().zip(&row).for_each(|(a, &v)| *a = v.mul_add(vs, *a));
+        round_acc(&mut acc);
+        // `S*ms + vs` in llama.cpp, which GCC contracts into one fused multiply-add.
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = 1.0 / sum;
+    for (o, a) in o.iter_mut().zip(&acc) {
+        *o = a * inv;
     }
 }
 
@@ -151,6 +219,47 @@ mod x86 {
                 _mm256_storeu_ps(p, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(p)));
             }
             i += 8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A query row and `len` keys/values of `hd` dims (keys and values f16, as cached).
+    fn case() -> impl Strategy<Value = (Vec<f32>, Vec<f16>, Vec<f16>, usize)> {
+        (prop::sample::select(vec![8usize, 64, 72]), 1usize..80).prop_flat_map(|(hd, len)| {
+            let f16s = move |n| prop::collection::vec((-2f32..2.0).prop_map(f16::from_f32), n);
+            (prop::collection::vec(-3f32..3.0, hd), f16s(len * hd), f16s(len * hd), Just(hd))
+        })
+    }
+
+    proptest! {
+        /// llama.cpp's f16-accumulating attention against softmax(q·K)·V in f64 (from the query
+        /// rounded to f16, as llama.cpp rounds it). Each of the ≤ 2·len f16 roundings of the
+        /// accumulator (multiply-adds, rescales) errs by at most 2⁻¹¹ of a value bounded by the
+        /// running sum of weights times max|v|; dividing by the final sum bounds the output's
+        /// error by 2·len·2⁻¹¹·max|v|, plus f16's subnormal spacing per rounding.
+        #[test]
+        fn llama_row_matches_f64_softmax((q, k, v, hd) in case()) {
+            let len = k.len() / hd;
+            let scale = 1.0 / (hd as f32).sqrt();
+            let mut out = vec![0f32; hd];
+            llama_row(Simd::detect(), &q, &k, &v, scale, &mut out);
+
+            let q16: Vec<f64> = q.iter().map(|&x| f16::from_f32(x).to_f64()).collect();
+            let s: Vec<f64> = k.chunks_exact(hd).map(|k| q16.iter().zip(k).map(|(a, b)| a * b.to_f64()).sum::<f64>() * scale as f64).collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let vmax = v.iter().fold(0f64, |a, x| a.max(x.to_f64().abs()));
+            let tol = 2.0 * (len + 1) as f64 * (2f64.powi(-11) * vmax + 2f64.powi(-24)) + 1e-6;
+            for d in 0..hd {
+                let want: f64 = w.iter().zip(v.chunks_exact(hd)).map(|(w, v)| w * v[d].to_f64()).sum::<f64>() / total;
+                prop_assert!((out[d] as f64 - want).abs() <= tol, "dim {d}: {} vs {want} (tol {tol})", out[d]);
+            }
         }
     }
 }
