@@ -10,7 +10,7 @@
 //! decoding amplifies any one-ulp difference: it moves an 8-bit activation code somewhere, and
 //! logits then drift by ~0.1 (measured on SmolLM2), enough to flip near-ties. With every step
 //! below reproduced, SmolLM2's logits equal llama.cpp's to the 4 decimals it printed at every
-//! step of 7 prompts × 32 tokens; with any one left out they were back ~0.1 away
+//! step of 9 prompts (4 to 104 tokens) × 32 tokens; with any one left out they were back ~0.1 away
 //! (`docs/benchmarks.md`, `host/tests/model_smollm2.rs`). Costs: attention accumulates in f16
 //! (less precise), decode ran at ~0.75× kiln's speed. Checked only where SmolLM2 goes (llama
 //! architecture, Q4_1 / Q8_0 weights): K-quant activations keep kiln's rounding, qwen3 is
@@ -194,15 +194,22 @@ pub fn dot_f16_values_ggml(a: &[f32], b: &[f32]) -> f32 {
             }
         }
     }
-    let mut t: [f32; LANES] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut w = LANES;
+    let t: [f32; LANES] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    a[whole..n].iter().zip(&b[whole..n]).fold(sum16_ggml(t) as f64, |s, (x, y)| s + (x * y) as f64) as f32
+}
+
+/// The sum of 16 lanes as `_mm512_reduce_add_ps` adds them: halves folded onto each other
+/// (8, 4, 2, then 1 lanes wide).
+#[inline]
+pub fn sum16_ggml(mut t: [f32; 16]) -> f32 {
+    let mut w = 16;
     while w > 1 {
         w /= 2;
         for l in 0..w {
             t[l] += t[l + w];
         }
     }
-    a[whole..n].iter().zip(&b[whole..n]).fold(t[0] as f64, |s, (x, y)| s + (x * y) as f64) as f32
+    t[0]
 }
 
 #[cfg(test)]
