@@ -8,7 +8,7 @@ use std::io::{self, BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kiln_host::backend::Backend;
 use kiln_host::backend::cpu::Cpu;
@@ -75,6 +75,11 @@ struct ModelArgs {
     /// slower, but CPU and GPU then agree to float rounding and give the same greedy text.
     #[arg(long)]
     f32_activations: bool,
+    /// Round every CPU op as llama.cpp's CPU backend does (AVX-512 build): the same logits, so
+    /// the same greedy tokens as llama.cpp; attention then accumulates in f16 and runs slower.
+    /// CPU only (`auto` then picks the CPU).
+    #[arg(long)]
+    llama_numerics: bool,
 }
 
 #[derive(Args)]
@@ -175,11 +180,11 @@ fn in_pool(cli: Cli) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Generate(a) => match pick_backend(a.model.device, a.model.f32_activations)? {
+        Cmd::Generate(a) => match pick_backend(&a.model)? {
             Picked::Cpu(b) => generate(b, &a),
             Picked::Cuda(b) => generate(b, &a),
         },
-        Cmd::Chat(a) => match pick_backend(a.model.device, a.model.f32_activations)? {
+        Cmd::Chat(a) => match pick_backend(&a.model)? {
             Picked::Cpu(b) => chat(b, &a),
             Picked::Cuda(b) => chat(b, &a),
         },
@@ -194,11 +199,19 @@ enum Picked {
 }
 
 /// The one place a backend is chosen; everything after is generic over it. `auto` takes the
-/// GPU when a driver and a device are there, and says why on stderr when it falls back.
-fn pick_backend(device: Device, f32_activations: bool) -> Result<Picked> {
-    let cpu = || if f32_activations { Cpu::new().with_f32_activations() } else { Cpu::new() };
-    let cuda = || Cuda::new(kiln::PTX_MODULES, 0).map(|c| if f32_activations { c.with_f32_activations() } else { c });
-    match device {
+/// GPU when a driver and a device are there, and says why on stderr when it falls back;
+/// `--llama-numerics` exists on the CPU only, so it takes the CPU.
+fn pick_backend(m: &ModelArgs) -> Result<Picked> {
+    let cpu = || {
+        let c = if m.f32_activations { Cpu::new().with_f32_activations() } else { Cpu::new() };
+        if m.llama_numerics { c.with_llama_numerics() } else { c }
+    };
+    let cuda = || Cuda::new(kiln::PTX_MODULES, 0).map(|c| if m.f32_activations { c.with_f32_activations() } else { c });
+    if m.llama_numerics {
+        ensure!(m.device != Device::Cuda, "--llama-numerics runs on the CPU backend only");
+        return Ok(Picked::Cpu(cpu()));
+    }
+    match m.device {
         Device::Cpu => Ok(Picked::Cpu(cpu())),
         Device::Cuda => Ok(Picked::Cuda(cuda().context("--device cuda")?)),
         Device::Auto if !kiln_host::cuda::driver_present() => Ok(Picked::Cpu(cpu())),

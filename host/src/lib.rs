@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod engine;
 pub mod gguf;
 pub mod models;
+pub mod numerics;
 pub mod quant;
 pub mod reference;
 pub mod sampling;

@@ -3,9 +3,10 @@
 
 use kiln_host::gguf::GgmlType;
 use kiln_host::quant::blocks::{f16_to_f32, f32_to_f16, get_scale_min_k4};
+use kiln_host::numerics::Numerics;
 use kiln_host::quant::{
     Isa, QMatrix, activation_type, dequantize_row, matmul_many_with, matmul_swiglu_with, quantize_activations,
-    silu_mul, vec_dot_with,
+    vec_dot_with,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -209,7 +210,7 @@ fn matmul_parallel_odd_shapes() {
     }
 }
 
-/// `matmul_many` and `matmul_swiglu` against one `matmul` per matrix (and `silu_mul`): the same
+/// `matmul_many` and `matmul_swiglu` against one `matmul` per matrix (and `Numerics::silu_mul`): the same
 /// kernels on the same bytes, so the bits must match whatever the task split. Types mixed, so
 /// several activation formats are quantized in one call; outputs poisoned with NaN.
 fn check_fused(rng: &mut StdRng, shapes: &[(GgmlType, usize)], cols: usize, n: usize) {
@@ -241,7 +242,7 @@ fn check_fused(rng: &mut StdRng, shapes: &[(GgmlType, usize)], cols: usize, n: u
             let mut y = vec![f32::NAN; n * m.rows];
             matmul_swiglu_with(isa, m, other, &x, n, &mut y).unwrap();
             for (k, (&g, &u)) in want[i].iter().zip(&up).enumerate() {
-                assert_eq!(y[k].to_bits(), silu_mul(g, u).to_bits(), "matmul_swiglu {isa:?} {:?} k={k}", shapes[i]);
+                assert_eq!(y[k].to_bits(), Numerics::Kiln.silu_mul(g, u).to_bits(), "matmul_swiglu {isa:?} {:?} k={k}", shapes[i]);
             }
         }
     }

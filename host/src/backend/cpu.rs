@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
 use crate::gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::numerics::Numerics;
 use crate::quant::{self, QMatrix};
 
 /// Below this many elements an elementwise op runs on the calling thread: waking the pool costs
@@ -22,6 +23,7 @@ const PAR_MIN: usize = 1 << 14;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     f32_activations: bool,
+    numerics: Numerics,
 }
 
 impl Cpu {
@@ -31,7 +33,12 @@ impl Cpu {
     /// Matmuls keep activations in f32 instead of quantizing them to 8 bits (as llama.cpp
     /// does): slower, but the CUDA backend in the same mode agrees to float rounding.
     pub fn with_f32_activations(self) -> Self {
-        Cpu { f32_activations: true }
+        Cpu { f32_activations: true, ..self }
+    }
+    /// Rounds as llama.cpp's CPU backend does, step for step ([`Numerics::Llama`]): the same
+    /// logits, so the same greedy tokens; attention then accumulates in f16 and runs slower.
+    pub fn with_llama_numerics(self) -> Self {
+        Cpu { numerics: Numerics::Llama, ..self }
     }
 }
 
@@ -218,7 +225,7 @@ impl Backend for Cpu {
         if self.f32_activations {
             w.qmatrix().matmul_f32x(&x.data, x.rows, &mut y.data)?;
         } else {
-            w.qmatrix().matmul(&x.data, x.rows, &mut y.data)?;
+            quant::matmul_many(self.numerics, &[w.qmatrix()], &x.data, x.rows, &mut [&mut y.data])?;
         }
         Ok(y)
     }
@@ -234,7 +241,7 @@ impl Backend for Cpu {
         let mut ys: Vec<CpuTensor> = ws.iter().map(|w| CpuTensor::zeros(x.rows, w.rows)).collect();
         let ms: Vec<QMatrix> = ws.iter().map(|w| w.qmatrix()).collect();
         let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
-        quant::matmul_many(&ms, &x.data, x.rows, &mut outs)?;
+        quant::matmul_many(self.numerics, &ms, &x.data, x.rows, &mut outs)?;
         Ok(ys)
     }
 
@@ -246,7 +253,7 @@ impl Backend for Cpu {
         check_width(x, gate)?;
         check_width(x, up)?;
         let mut y = CpuTensor::zeros(x.rows, gate.rows);
-        quant::matmul_swiglu(&gate.qmatrix(), &up.qmatrix(), &x.data, x.rows, &mut y.data)?;
+        quant::matmul_swiglu(self.numerics, &gate.qmatrix(), &up.qmatrix(), &x.data, x.rows, &mut y.data)?;
         Ok(y)
     }
 
@@ -256,9 +263,7 @@ impl Backend for Cpu {
         ensure!(g > 0 && x.cols.is_multiple_of(g), "rms_norm: {} columns in groups of {g}", x.cols);
         let mut out = CpuTensor::zeros(x.rows, x.cols);
         let norm = |(src, dst): (&[f32], &mut [f32])| {
-            // f64 sum: rows are up to a few thousand wide and this is not the hot loop.
-            let ms = src.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / g as f64;
-            let r = (1.0 / (ms + eps as f64).sqrt()) as f32;
+            let r = self.numerics.rms_scale(src, eps);
             for ((d, &s), &w) in dst.iter_mut().zip(src).zip(scale) {
                 *d = s * r * w;
             }
@@ -277,23 +282,17 @@ impl Backend for Cpu {
         ensure!(hd > 0 && x.cols.is_multiple_of(hd), "rope: {} columns is not whole heads of {hd}", x.cols);
         ensure!(rd % 2 == 0 && rd <= hd, "rope: rotary dims {rd} must be even and <= {hd}");
         let half = rd / 2;
-        // Frequencies in f64 so long positions keep their precision.
-        let inv_freq: Vec<f64> =
-            (0..half).map(|i| (rope.freq_base as f64).powf(-2.0 * i as f64 / rd as f64)).collect();
+        let freqs = self.numerics.rope_freqs(rope.freq_base, rd);
         let cols = x.cols;
         let rotate_row = |(r, row): (usize, &mut [f32])| {
-            let p = (pos + r) as f64;
-            let cs: Vec<(f32, f32)> =
-                inv_freq.iter().map(|&f| ((p * f).cos() as f32, (p * f).sin() as f32)).collect();
+            let cs = freqs.cos_sin(pos + r);
             for head in row.chunks_exact_mut(hd) {
                 for (i, &(c, s)) in cs.iter().enumerate() {
                     let (a, b) = match rope.style {
                         RopeStyle::Normal => (2 * i, 2 * i + 1),
                         RopeStyle::Neox => (i, i + half),
                     };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * c - x1 * s;
-                    head[b] = x0 * s + x1 * c;
+                    (head[a], head[b]) = self.numerics.rotate(head[a], head[b], c, s);
                 }
             }
         };
@@ -308,7 +307,7 @@ impl Backend for Cpu {
     fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         check_same(gate, up, "swiglu")?;
         let mut out = CpuTensor::zeros(gate.rows, gate.cols);
-        let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = quant::silu_mul(g, u);
+        let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = self.numerics.silu_mul(g, u);
         if out.data.len() >= PAR_MIN {
             out.data.par_iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
         } else {
@@ -354,7 +353,7 @@ impl Backend for Cpu {
         attention::store(&mut cache.k[layer], k, pos, &spec);
         attention::store(&mut cache.v[layer], v, pos, &spec);
         let mut out = CpuTensor::zeros(n, q.cols);
-        attention::attend(&cache.k[layer], &cache.v[layer], q, &mut out, pos, attn, spec.max_seq);
+        attention::attend(&cache.k[layer], &cache.v[layer], q, &mut out, pos, attn, spec.max_seq, self.numerics);
         Ok(out)
     }
 }

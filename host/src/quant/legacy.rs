@@ -1,6 +1,7 @@
 //! Q4_0 / Q4_1 / Q8_0 / Q8_1: row (de)quantizers and portable dot products.
 
 use super::GgmlType;
+use crate::numerics::Numerics;
 use kernels_gpu::quant::{
     BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QuantBlock, f16_to_f32, f32_to_f16,
 };
@@ -24,15 +25,16 @@ pub(super) fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
 }
 
 /// Sizes already checked by the caller.
-pub(super) fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
+/// `numerics` picks the rounding of the 8-bit formats (Q8_0, Q8_1).
+pub(super) fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8], numerics: Numerics) {
     let bs = ty.block().1;
     for (x, out) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
         let x: &[f32; 32] = x.try_into().unwrap_or(&[0.0; 32]);
         match ty {
             GgmlType::Q4_0 => quantize_q4_0(x, out),
             GgmlType::Q4_1 => quantize_q4_1(x, out),
-            GgmlType::Q8_0 => quantize_q8_0(x, out),
-            _ => quantize_q8_1(x, out),
+            GgmlType::Q8_0 => quantize_q8_0(x, out, numerics),
+            _ => quantize_q8_1(x, out, numerics),
         }
     }
 }
@@ -83,39 +85,28 @@ fn quantize_q4_1(x: &[f32; 32], out: &mut [u8]) {
     pack_nibbles(&q, &mut out[4..]);
 }
 
-/// Symmetric 8-bit: `d = amax / 127`, codes `round(x / d)` (half away from zero, like `roundf`),
-/// always within ±127 — the AVX2 dot products rely on never seeing -128 in activations.
+/// Symmetric 8-bit: `d = amax / 127`, codes `x / d` rounded as `numerics` says, always within
+/// ±127 — the AVX2 dot products rely on never seeing -128 in activations.
 /// Returns (d, sum of codes).
-fn q8_codes(x: &[f32; 32], q: &mut [u8]) -> (f32, i32) {
+fn q8_codes(x: &[f32; 32], q: &mut [u8], numerics: Numerics) -> (f32, i32) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = numerics.q8_inv_scale(amax);
     let mut sum = 0i32;
     for (o, &v) in q.iter_mut().zip(x) {
-        let c = round_half_away(v * id).clamp(-127, 127) as i8;
+        let c = numerics.q8_code(v * id);
         sum += c as i32;
         *o = c as u8;
     }
-    (d, sum)
+    (amax / 127.0, sum)
 }
 
-/// `v.round() as i32` (half away from zero) for |v| < 2³¹, without a call to libm's `roundf`
-/// (x86-64's baseline has no rounding instruction for that mode): truncate, then step away
-/// from zero when the exact remainder is at least one half. NaN gives 0, as `NaN as i8` does.
-#[inline(always)]
-fn round_half_away(v: f32) -> i32 {
-    let t = v as i32;
-    let frac = v - t as f32; // exact: t is v truncated and |v| < 2^31
-    t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
-}
-
-fn quantize_q8_0(x: &[f32; 32], out: &mut [u8]) {
-    let (d, _) = q8_codes(x, &mut out[2..34]);
+fn quantize_q8_0(x: &[f32; 32], out: &mut [u8], numerics: Numerics) {
+    let (d, _) = q8_codes(x, &mut out[2..34], numerics);
     out[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
 }
 
-fn quantize_q8_1(x: &[f32; 32], out: &mut [u8]) {
-    let (d, sum) = q8_codes(x, &mut out[4..36]);
+fn quantize_q8_1(x: &[f32; 32], out: &mut [u8], numerics: Numerics) {
+    let (d, sum) = q8_codes(x, &mut out[4..36], numerics);
     out[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
     out[2..4].copy_from_slice(&f32_to_f16(d * sum as f32).to_le_bytes());
 }
@@ -166,30 +157,4 @@ pub(super) fn dot_q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
         s += (h(wb, 0) * h(ab, 0)) * isum as f32;
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::round_half_away;
-    use proptest::prelude::*;
-
-    #[test]
-    fn round_half_away_edges() {
-        let below_half = f32::from_bits(0.5f32.to_bits() - 1);
-        for v in [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, below_half, -below_half, 126.5, -126.5, 127.49998, 1e-30] {
-            assert_eq!(round_half_away(v), v.round() as i32, "{v}");
-        }
-        assert_eq!(round_half_away(f32::NAN), 0);
-    }
-
-    proptest! {
-        #[test]
-        fn round_half_away_is_round(v in -200f32..200.0, bits in any::<u32>()) {
-            prop_assert_eq!(round_half_away(v), v.round() as i32);
-            let w = f32::from_bits(bits);
-            if w.abs() < 1e9 {
-                prop_assert_eq!(round_half_away(w), w.round() as i32, "{}", w);
-            }
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! [`QMatrix`]: a quantized weight matrix borrowed from a GGUF map, times f32 activations.
 
-use super::{dequantize_row, DotFn, Dot4Fn, Expanded, GgmlType, Isa, activation_type, expanded, kernel, quantize_activations};
+use super::{dequantize_row, DotFn, Dot4Fn, Expanded, GgmlType, Isa, activation_type, expanded, kernel, quantize_activations_in};
+use crate::numerics::Numerics;
 use anyhow::{Result, bail};
 use rayon::prelude::*;
 
@@ -31,39 +32,39 @@ struct Task {
 /// `ys[i] = x · ms[i]ᵀ` (each as in [`QMatrix::matmul`]) for matrices of equal width, such as
 /// the q/k/v projections of one input: the activations are quantized once per weight type and
 /// the rows of all the matrices are shared out in one parallel region, not one per matrix.
-pub fn matmul_many(ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
-    matmul_many_with(Isa::detect(), ms, x, n, ys)
+/// `numerics` rounds the 8-bit activation codes.
+pub fn matmul_many(numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+    many(Isa::detect(), numerics, ms, x, n, ys, false)
 }
 
-/// [`matmul_many`] with a chosen kernel ISA.
+/// [`matmul_many`] with a chosen kernel ISA, kiln's rounding.
 pub fn matmul_many_with(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
-    many(isa, ms, x, n, ys, false)
+    many(isa, Numerics::Kiln, ms, x, n, ys, false)
 }
 
 /// `y = silu(x · gateᵀ) ⊙ (x · upᵀ)` (`y` is `n × gate.rows`): both mat-muls and the SwiGLU in
-/// one parallel region, each task taking the same rows of both matrices.
-pub fn matmul_swiglu(gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-    matmul_swiglu_with(Isa::detect(), gate, up, x, n, y)
+/// one parallel region, each task taking the same rows of both matrices. `numerics` rounds the
+/// 8-bit activation codes and the SiLU.
+pub fn matmul_swiglu(numerics: Numerics, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    swiglu(Isa::detect(), numerics, gate, up, x, n, y)
 }
 
-/// [`matmul_swiglu`] with a chosen kernel ISA.
+/// [`matmul_swiglu`] with a chosen kernel ISA, kiln's rounding.
 pub fn matmul_swiglu_with(isa: Isa, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    swiglu(isa, Numerics::Kiln, gate, up, x, n, y)
+}
+
+fn swiglu(isa: Isa, numerics: Numerics, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
     if (gate.rows, gate.cols) != (up.rows, up.cols) {
         bail!("matmul_swiglu: gate is {}x{}, up {}x{}", gate.rows, gate.cols, up.rows, up.cols);
     }
     let mut u = vec![0f32; y.len()];
-    many(isa, &[*gate, *up], x, n, &mut [y, &mut u], true)
-}
-
-/// `silu(g) · u`, as the CPU backend's `swiglu` computes it.
-#[inline]
-pub fn silu_mul(g: f32, u: f32) -> f32 {
-    g / (1.0 + (-g).exp()) * u
+    many(isa, numerics, &[*gate, *up], x, n, &mut [y, &mut u], true)
 }
 
 /// [`matmul_many_with`]; with `swiglu`, `ms` is [gate, up], tasks are planned over the gate's
 /// rows and run the same rows of both, then leave `silu(gate) · up` in `ys[0]`.
-fn many(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], swiglu: bool) -> Result<()> {
+fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], swiglu: bool) -> Result<()> {
     if ms.len() != ys.len() {
         bail!("matmul: {} matrices but {} outputs", ms.len(), ys.len());
     }
@@ -85,7 +86,7 @@ fn many(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], sw
     for m in &ms {
         let at = activation_type(m.ty)?;
         if at != GgmlType::F32 && !acts.iter().any(|(t, _)| *t == at) {
-            acts.push((at, quantize_activations(m.ty, x)?));
+            acts.push((at, quantize_activations_in(numerics, m.ty, x)?));
         }
     }
     // SAFETY: f32 has no padding, any byte view of it is valid; u8 alignment is 1.
@@ -126,7 +127,7 @@ fn many(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], sw
                     // both outputs (each n × rows, checked).
                     unsafe {
                         let g = outs[0].0.add(a * rows + r);
-                        *g = silu_mul(*g, *outs[1].0.add(a * rows + r));
+                        *g = numerics.silu_mul(*g, *outs[1].0.add(a * rows + r));
                     }
                 }
             }
@@ -181,7 +182,7 @@ impl<'a> QMatrix<'a> {
 
     /// [`Self::matmul`] with a chosen kernel ISA.
     pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-        matmul_many_with(isa, &[*self], x, n, &mut [y])
+        many(isa, Numerics::Kiln, &[*self], x, n, &mut [y], false)
     }
 
     /// Checks `self` (the fields are public, so it need not come from `try_new`) against `n`

@@ -24,9 +24,11 @@ mod legacy_avx2;
 
 use anyhow::{Result, bail};
 
+use crate::numerics::Numerics;
+
 pub use crate::gguf::GgmlType;
 pub use kernels_gpu::quant as blocks;
-pub use matmul::{QMatrix, matmul_many, matmul_many_with, matmul_swiglu, matmul_swiglu_with, silu_mul};
+pub use matmul::{QMatrix, matmul_many, matmul_many_with, matmul_swiglu, matmul_swiglu_with};
 
 /// Which kernel implementation to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,11 +104,15 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// F32, F16, BF16, Q4_0, Q4_1, Q8_0 (bit-identical to the reference), and the activation
 /// formats Q8_1 and Q8_K.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    quantize_row_in(Numerics::Kiln, ty, src, dst)
+}
+
+fn quantize_row_in(numerics: Numerics, ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     check_sizes(ty, src.len(), dst.len(), "quantize")?;
     use GgmlType::*;
     match ty {
         F32 | F16 | BF16 => float::quantize(ty, src, dst),
-        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::quantize(ty, src, dst),
+        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::quantize(ty, src, dst, numerics),
         Q8_K => kquants::quantize_q8_k(src, dst),
         _ => bail!("quantize: type {} is not supported", ty.name()),
     }
@@ -127,6 +133,11 @@ pub fn activation_type(weight: GgmlType) -> Result<GgmlType> {
 
 /// Quantizes an activation row `x` into the partner format of `weight`.
 pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
+    quantize_activations_in(Numerics::Kiln, weight, x)
+}
+
+/// [`quantize_activations`] with the 8-bit formats rounded as `numerics` says.
+pub fn quantize_activations_in(numerics: Numerics, weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
     let at = activation_type(weight)?;
     let (qk, bs) = at.block();
     if x.len() % qk != 0 {
@@ -143,9 +154,9 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
         use rayon::prelude::*;
         x.par_chunks(blocks * qk)
             .zip(out.par_chunks_mut(blocks * bs))
-            .try_for_each(|(x, out)| quantize_row(at, x, out))?;
+            .try_for_each(|(x, out)| quantize_row_in(numerics, at, x, out))?;
     } else {
-        quantize_row(at, x, &mut out)?;
+        quantize_row_in(numerics, at, x, &mut out)?;
     }
     Ok(out)
 }
