@@ -15,7 +15,7 @@ mod common;
 
 use common::data::{Gen, head_dim, seed};
 use common::reference as r;
-use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{Arg, Buf, Device, check_err, check_written, download, names, poisoned, upload};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -76,7 +76,23 @@ fn history<T: Copy>(cache: &[T], max_ctx: usize, rows: usize, head_dim: usize) -
     cache.chunks(max_ctx * head_dim).flat_map(|h| &h[..rows * head_dim]).copied().collect()
 }
 
-fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
+/// A case's inputs on the device: queries, and the whole history stored by one `kv_store` into
+/// NaN-poisoned caches (a read of a slot never stored turns the output NaN).
+struct Filled {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    qb: Buf,
+    kb: Buf,
+    vb: Buf,
+    pos: Buf,
+    heads: usize,
+    total: usize,
+    max_ctx: usize,
+    scale: f32,
+}
+
+fn fill(dev: &mut dyn Device, c: &AttnCase) -> Filled {
     let (kvh, hd, n) = (c.kv_heads as usize, c.head_dim as usize, c.n as usize);
     let heads = kvh * c.group as usize;
     let total = c.pos0 as usize + n; // tokens in the cache after this step
@@ -86,9 +102,6 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let k = g.normals(total * kvh * hd, 1.0);
     let vs = g.magnitude(-1.0, 1.0);
     let v = g.normals(total * kvh * hd, vs);
-
-    // Store all `total` tokens with one kv_store, into NaN-poisoned caches: a read of a slot
-    // never stored turns the output NaN.
     let zero = upload(dev, &[0u32]);
     let (ks, vs_b) = (upload(dev, &k), upload(dev, &v));
     let kb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
@@ -96,13 +109,30 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let threads = (total * kvh * hd) as u32;
     let args = [ks.arg(), vs_b.arg(), kb.arg(), vb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
-
     let (qb, pos) = (upload(dev, &q), upload(dev, &[c.pos0]));
+    let scale = c.sharpness / (hd as f32).sqrt();
+    Filled { q, k, v, qb, kb, vb, pos, heads, total, max_ctx, scale }
+}
+
+/// The float64 attention over the f16 values the cache really holds.
+fn exact(dev: &mut dyn Device, c: &AttnCase, f: &Filled) -> Vec<f64> {
+    let (kvh, hd) = (c.kv_heads as usize, c.head_dim as usize);
+    // References over the history only (`total` positions per head), so a huge cache costs nothing.
+    let k16 = r::f16_values(&history(&download::<u16>(dev, &f.kb), f.max_ctx, f.total, hd));
+    let v16 = r::f16_values(&history(&download::<u16>(dev, &f.vb), f.max_ctx, f.total, hd));
+    r::attention(&f.q, &k16, &v16, f.heads, kvh, hd, f.total, c.pos0 as usize, f.scale as f64)
+}
+
+fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
+    let f = fill(dev, c);
+    let (kvh, hd, n) = (c.kv_heads as usize, c.head_dim as usize, c.n as usize);
+    let (heads, total, max_ctx, scale) = (f.heads, f.total, f.max_ctx, f.scale);
+    let (qb, kb, vb, pos) = (&f.qb, &f.kb, &f.vb, &f.pos);
+    let (k, v) = (&f.k, &f.v);
     let (h32, ctx32) = (heads as u32, max_ctx as u32);
     let scratch = dev.shapes().attention_scratch(h32, c.head_dim, c.n, ctx32);
     let part = poisoned::<f32>(dev, scratch, 0xff);
     let ob = poisoned::<f32>(dev, n * heads * hd, 0xff);
-    let scale = c.sharpness / (hd as f32).sqrt();
     let dims = dev.shapes().attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32);
     let args = [qb.arg(), kb.arg(), vb.arg(), part.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(ctx32), Arg::F32(scale)];
     dev.launch(names::kiln_attention_chunks, dims, &args);
@@ -120,21 +150,18 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
     prop_assert!(bits(download::<f32>(dev, &xds)) == bits(download::<f32>(dev, &ds_ref)), "{}: Q8_1 scales of the output", dev.label());
 
-    // References over the history only (`total` positions per head), so a huge cache costs nothing.
-    let k16 = r::f16_values(&history(&download::<u16>(dev, &kb), max_ctx, total, hd));
-    let v16 = r::f16_values(&history(&download::<u16>(dev, &vb), max_ctx, total, hd));
-    let exact = r::attention(&q, &k16, &v16, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
-    check_err(dev, "attention vs f16 cache values", r::rel_err(&out, &exact), 2e-5)?;
+    let err = r::rel_err(&out, &exact(dev, c, &f));
+    check_err(dev, "attention vs f16 cache values", err, 2e-5)?;
 
     // The same layout with the unrounded K/V (stored token-major: `total × kv_heads × head_dim`).
     let mut kf = vec![0.0; kvh * total * hd];
     let mut vf = vec![0.0; kvh * total * hd];
-    for (i, (&kv, &vv)) in k.iter().zip(&v).enumerate() {
+    for (i, (&kv, &vv)) in k.iter().zip(v).enumerate() {
         let (d, h, t) = (i % hd, i / hd % kvh, i / (hd * kvh));
         kf[(h * total + t) * hd + d] = kv as f64;
         vf[(h * total + t) * hd + d] = vv as f64;
     }
-    let raw = r::attention(&q, &kf, &vf, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
+    let raw = r::attention(&f.q, &kf, &vf, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
     check_err(dev, "attention vs unrounded K/V", r::rel_err(&out, &raw), 2e-3 * c.sharpness as f64)
 }
 
@@ -171,4 +198,48 @@ fn gpu_attention_long_context() {
         seed,
     });
     common::run_gpu("gpu_attention_long_context", 32, case, attention);
+}
+
+/// Prefill chunks for the tensor-core kernel (`kernels/flash.rs`): up to 150 tokens (three
+/// query tiles, rows past the end of the last) after up to 150 cached ones (K/V tiles crossing
+/// the causal diagonal at every offset), head_dim 64 and 128, groups 1–4.
+fn flash_case() -> impl Strategy<Value = AttnCase> {
+    let shape = (1..=2u32, 1..=4u32, prop::sample::select(vec![64u32, 128]), 1..=150u32, 0..150u32);
+    let spare = prop_oneof![3 => 0..3u32, 1 => 100..300u32];
+    let sharp = prop::sample::select(vec![1.0f32, 4.0]);
+    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
+        kv_heads,
+        group,
+        head_dim,
+        n,
+        pos0,
+        spare,
+        sharpness,
+        seed,
+    })
+}
+
+/// Its operands are f16 (queries pre-scaled, probabilities in [0, 1]) with f32 accumulation:
+/// ~1e-3 from the float64 reference, more when the softmax is peaky.
+fn flash(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
+    let f = fill(dev, c);
+    let width = c.n as usize * f.heads * c.head_dim as usize;
+    let ob = poisoned::<f32>(dev, width, 0xff);
+    let h32 = f.heads as u32;
+    let args = [f.qb.arg(), f.kb.arg(), f.vb.arg(), ob.arg(), f.pos.arg(), Arg::U32(c.n), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(f.max_ctx as u32), Arg::F32(f.scale)];
+    dev.launch(names::kiln_flash_prefill, dev.shapes().flash_prefill(h32, c.head_dim, c.n), &args);
+    let out = download::<f32>(dev, &ob);
+    check_written(dev, "flash attention", &out)?;
+    let err = r::rel_err(&out, &exact(dev, c, &f));
+    check_err(dev, "flash attention vs f16 cache values", err, 2e-3 * c.sharpness as f64)
+}
+
+#[test]
+fn host_flash_prefill() {
+    common::run_host(6, flash_case(), flash);
+}
+
+#[test]
+fn gpu_flash_prefill() {
+    common::run_gpu("gpu_flash_prefill", 128, flash_case(), flash);
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
+use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
@@ -35,6 +36,9 @@ type Pool = Rc<RefCell<PoolState>>;
 /// Token counts up to which the q/k/v and gate/up projections use the fused mat-vec kernels;
 /// larger batches (prefill) take one matmul per weight.
 const FUSED_MAX_TOKENS: usize = 8;
+/// Fewest query tokens for the tensor-core prefill attention: below, most of its 64-token
+/// query tile would be padding, and the split-KV kernels spread a short chunk over more blocks.
+const FLASH_MIN_TOKENS: u32 = 16;
 
 /// The step (position and token ids) kernels read from device memory, and recorded steps.
 struct Steps {
@@ -138,6 +142,16 @@ impl Cuda {
         let sh = self.gpu.shapes();
         let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
         let (tokens, max_ctx) = (to_u32(q.rows, "tokens")?, to_u32(cache.spec.max_seq, "context")?);
+        // Prefill chunks: tensor-core attention, K/V read once per 64 tokens instead of once
+        // per token. Its f16 operands are for the default mode; f32-activation mode keeps the
+        // f32 split-KV kernels.
+        if tokens >= FLASH_MIN_TOKENS && flash::flash_supports(head_dim) && !self.f32_activations {
+            let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
+            let args = [q.arg(), cache.k[layer].arg(), cache.v[layer].arg(), out.arg(), pos_d, Arg::U32(tokens)];
+            let shape = [Arg::U32(heads), Arg::U32(kv_heads), Arg::U32(head_dim), Arg::U32(max_ctx), Arg::F32(attn.scale)];
+            self.gpu.launch(names::kiln_flash_prefill, sh.flash_prefill(heads, head_dim, tokens), &[&args[..], &shape[..]].concat())?;
+            return Ok(out);
+        }
         let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
         self.gpu.launch(
             names::kiln_attention_chunks,

@@ -38,6 +38,8 @@ pub trait LaunchShapes: Send + Sync {
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
     /// f32 scratch between the two attention passes.
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
+    /// Tensor-core prefill attention.
+    fn flash_prefill(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
     fn max_shared_bytes(&self) -> u32;
 }
 
@@ -98,6 +100,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
         launch::attention_scratch::<P>(heads, head_dim, n_tokens, max_ctx)
+    }
+    fn flash_prefill(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
+        launch::flash_prefill(heads, head_dim, n_tokens)
     }
     fn max_shared_bytes(&self) -> u32 {
         P::MAX_SMEM_PER_BLOCK

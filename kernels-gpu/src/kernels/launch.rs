@@ -116,6 +116,17 @@ pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tok
     Dims { grid_x: heads, grid_y: n_tokens, block: P::ATTN_WARPS * WARP, shared_bytes: attention::merge_floats(P::ATTN_WARPS, 1, head_dim) * 4 }
 }
 
+/// Tensor-core prefill attention (`kernels/flash.rs`): one block per (query head, tile of
+/// `FLASH_Q` tokens), heads fastest so the heads of one KV group read its tiles together.
+pub const fn flash_prefill(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
+    Dims {
+        grid_x: heads,
+        grid_y: div_ceil(n_tokens, crate::kernels::flash::FLASH_Q),
+        block: crate::kernels::flash::FLASH_WARPS * WARP,
+        shared_bytes: crate::kernels::flash::flash_smem_bytes(head_dim),
+    }
+}
+
 /// f32 scratch the two attention passes exchange: one partial record per (token, query head, split).
 pub const fn attention_scratch<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
     let (splits, _) = attention::kv_splits::<P>(n_tokens, max_ctx);

@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod flash;
 pub mod formats;
 pub mod launch;
 pub mod matvec;

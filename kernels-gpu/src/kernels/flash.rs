@@ -1,0 +1,189 @@
+//! Causal attention of a prefill chunk on f16 tensor cores ("flash attention"): a block takes
+//! [`FLASH_Q`] query tokens of one head and walks the cache in tiles of [`FLASH_KV`] positions up
+//! to the block's causal end. Per tile, `S = Q·Kᵀ` and `O += P·V` run as `mma.m16n8k16` with an
+//! online softmax between them, so scores never leave registers: each warp owns 16 query rows,
+//! and the accumulator layout of `S` is already the operand layout `P·V` needs.
+//!
+//! The split-KV kernels (`attention.rs`) read K/V once per query token, which is right for
+//! decode and slow for prefill (every row of the cache is re-read hundreds of times, and each
+//! score is a shuffle reduction). Here a K/V tile is read once per 64 tokens and the arithmetic
+//! is on tensor cores; the price is f16 operands (the query pre-scaled, the probabilities in
+//! [0, 1]) with f32 accumulation, which the host keeps for its default (Q8_1) mode only.
+use crate::device::*;
+use policies::TargetPolicy;
+
+/// Query tokens per block: 16 per warp.
+pub const FLASH_Q: u32 = 64;
+/// Cache positions per tile.
+pub const FLASH_KV: u32 = 64;
+/// Warps per block.
+pub const FLASH_WARPS: u32 = FLASH_Q / 16;
+/// f16 padding of a shared-memory K/V row: rows 16 bytes apart (mod 128) put the 8 rows × 4
+/// words a fragment load touches in 32 distinct banks.
+const PAD: u32 = 8;
+
+/// Head dimensions with an instantiation (fragment arrays are sized at compile time).
+pub const fn flash_supports(head_dim: u32) -> bool {
+    head_dim == 64 || head_dim == 128
+}
+
+/// Dynamic shared memory: one K and one V tile.
+pub const fn flash_smem_bytes(head_dim: u32) -> u32 {
+    2 * FLASH_KV * (head_dim + PAD) * 2
+}
+
+/// `out` (`n × heads × head_dim` f32) = causal softmax(`scale`·Q·Kᵀ)·V for the `n` query tokens
+/// `q` (same layout) at positions `*pos ..`, over the f16 cache `k`, `v` (`kv_heads × max_ctx ×
+/// head_dim`, 16-byte aligned) that already holds them. [`flash_supports`]`(head_dim)`.
+/// Launch: [`launch::flash_prefill`](crate::kernels::launch::flash_prefill).
+#[allow(clippy::too_many_arguments)] // a kernel's parameters are its launch's argument list
+pub unsafe fn flash_prefill<P: TargetPolicy>(
+    q: *const f32,
+    k: *const u16,
+    v: *const u16,
+    out: *mut f32,
+    pos: *const u32,
+    n: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    scale: f32,
+) {
+    let a = (q, k, v, out, pos, n, heads, kv_heads, max_ctx, scale);
+    // D = head_dim, KS = D / 16 k-steps of Q·Kᵀ, ND = D / 8 n-tiles of P·V.
+    unsafe {
+        match head_dim {
+            64 => body::<P, 64, 4, 8>(a),
+            _ => body::<P, 128, 8, 16>(a),
+        }
+    }
+}
+
+type Args = (*const f32, *const u16, *const u16, *mut f32, *const u32, u32, u32, u32, u32, f32);
+
+/// Two f32 as the f16 pair of one fragment register (the lower k in the low half).
+#[inline(always)]
+fn pack(lo: f32, hi: f32) -> u32 {
+    f32_to_f16(lo) as u32 | (f32_to_f16(hi) as u32) << 16
+}
+
+#[inline(always)]
+unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(args: Args) {
+    let (q, k, v, out, pos, n, heads, kv_heads, max_ctx, scale) = args;
+    let (h, q0) = (block_idx(), block_idx_y() * FLASH_Q);
+    let kvh = h / (heads / kv_heads);
+    let p0 = unsafe { *pos };
+    let (g, t) = (lane() / 4, lane() % 4);
+    // This thread's two query rows (fragment rows g and g + 8 of its warp's 16).
+    let rows = [q0 + 16 * warp_id() + g, q0 + 16 * warp_id() + g + 8];
+    // Q as A fragments, pre-scaled into the exp2 domain (2^(s·log2 e) = e^s); rows past `n`
+    // are zero and never stored.
+    let qv = |r: usize, d: u32| {
+        let x = if rows[r] < n { unsafe { *q.add(((rows[r] * heads + h) * D + d) as usize) } } else { 0.0 };
+        x * scale * core::f32::consts::LOG2_E
+    };
+    let mut qa = [[0u32; 4]; KS];
+    unroll::<KS>(|ks| {
+        let d = 16 * ks as u32 + 2 * t;
+        qa[ks] = [pack(qv(0, d), qv(0, d + 1)), pack(qv(1, d), qv(1, d + 1)), pack(qv(0, d + 8), qv(0, d + 9)), pack(qv(1, d + 8), qv(1, d + 9))];
+    });
+
+    // The last position any row of this block attends.
+    let last = p0 + (q0 + FLASH_Q).min(n) - 1;
+    let stride = D + PAD;
+    let ks_mem: *mut u16 = shared_mem();
+    let vs_mem = unsafe { ks_mem.add((FLASH_KV * stride) as usize) };
+    let mut o = [[0f32; 4]; ND];
+    // Running max and (this lane's share of the) exp-sum of rows g and g + 8.
+    let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0f32; 2]);
+    for tile in 0..last / FLASH_KV + 1 {
+        let base = tile * FLASH_KV;
+        sync_threads(); // every warp is done with the previous tile
+        let mut c = thread_idx();
+        while c < FLASH_KV * D / 8 {
+            let (row, col) = (c / (D / 8), c % (D / 8) * 8);
+            let p = base + row;
+            let src = ((kvh * max_ctx + p) * D + col) as usize;
+            // Positions past the causal end are zeros (finite: their scores are masked anyway).
+            let (kw, vw) = if p <= last { unsafe { (ld_nc_v4(k.add(src) as *const u32), ld_nc_v4(v.add(src) as *const u32)) } } else { ([0; 4], [0; 4]) };
+            let dst = (row * stride + col) as usize;
+            unsafe {
+                *(ks_mem.add(dst) as *mut [u32; 4]) = kw;
+                *(vs_mem.add(dst) as *mut [u32; 4]) = vw;
+            }
+            c += FLASH_WARPS * WARP;
+        }
+        sync_threads();
+
+        // S = Q·Kᵀ: 16 rows × FLASH_KV positions, 8 positions per n-tile. Kᵀ as the .col B
+        // operand is K's rows as stored: two consecutive dimensions of one position per word.
+        let mut s = [[0f32; 4]; (FLASH_KV / 8) as usize];
+        unroll::<{ (FLASH_KV / 8) as usize }>(|nt| {
+            let krow = unsafe { ks_mem.add(((8 * nt as u32 + g) * stride + 2 * t) as usize) };
+            unroll::<KS>(|ks| {
+                let b = unsafe { [*(krow.add(16 * ks) as *const u32), *(krow.add(16 * ks + 8) as *const u32)] };
+                s[nt] = mma_m16n8k16_f32_f16(qa[ks], b, s[nt]);
+            });
+        });
+        // Causal mask, then the online softmax of each row: a lane holds columns 2t, 2t + 1 of
+        // every n-tile; the quad of lanes sharing a row reduces its max by two butterflies.
+        let mut scale_old = [0f32; 2];
+        unroll::<2>(|r| {
+            let limit = p0 + rows[r];
+            let mut mx = f32::NEG_INFINITY;
+            unroll::<{ (FLASH_KV / 8) as usize }>(|nt| {
+                unroll::<2>(|i| {
+                    let p = base + 8 * nt as u32 + 2 * t + i as u32;
+                    let e = 2 * r + i;
+                    if p > limit || p > last {
+                        s[nt][e] = f32::NEG_INFINITY;
+                    }
+                    mx = mx.max(s[nt][e]);
+                })
+            });
+            let mx = lane_group_max(mx, 4);
+            // A row may see no position of a late tile; its max stays (finite after tile 0,
+            // where position 0 is always visible).
+            let new = m[r].max(mx);
+            scale_old[r] = exp2(m[r] - new);
+            let mut sum = 0.0;
+            unroll::<{ (FLASH_KV / 8) as usize }>(|nt| {
+                unroll::<2>(|i| {
+                    let e = 2 * r + i;
+                    s[nt][e] = exp2(s[nt][e] - new);
+                    sum += s[nt][e];
+                })
+            });
+            l[r] = l[r] * scale_old[r] + sum;
+            m[r] = new;
+        });
+        unroll::<ND>(|nd| {
+            unroll::<4>(|i| o[nd][i] *= scale_old[i / 2]);
+        });
+        // O += P·V: P's accumulator fragments are the A operand of the next mma as they are
+        // (n-tiles 2kk and 2kk + 1 make k-step kk); V as the .col B operand needs two
+        // positions of one dimension per word, read as halves.
+        unroll::<{ (FLASH_KV / 16) as usize }>(|kk| {
+            let (s0, s1) = (s[2 * kk], s[2 * kk + 1]);
+            let pa = [pack(s0[0], s0[1]), pack(s0[2], s0[3]), pack(s1[0], s1[1]), pack(s1[2], s1[3])];
+            let vrow = |dr: u32, col: u32| unsafe { *vs_mem.add(((16 * kk as u32 + 2 * t + dr) * stride + col) as usize) } as u32;
+            unroll::<ND>(|nd| {
+                let col = 8 * nd as u32 + g;
+                let b = [vrow(0, col) | vrow(1, col) << 16, vrow(8, col) | vrow(9, col) << 16];
+                o[nd] = mma_m16n8k16_f32_f16(pa, b, o[nd]);
+            });
+        });
+    }
+    // The quad's shares of each row's exp-sum, then the normalized rows.
+    let l = [lane_group_sum(l[0], 4), lane_group_sum(l[1], 4)];
+    unroll::<ND>(|nd| {
+        unroll::<4>(|i| {
+            let r = i / 2;
+            if rows[r] < n {
+                let d = 8 * nd as u32 + 2 * t + (i % 2) as u32;
+                unsafe { *out.add(((rows[r] * heads + h) * D + d) as usize) = o[nd][i] / l[r] };
+            }
+        })
+    });
+}
