@@ -36,6 +36,8 @@ pub const fn smem_bytes<P: TargetPolicy>(qs_words: u32) -> u32 {
 
 /// Scale entries one thread loads per stage, held in registers (compile-time bound).
 const MAX_STAGED: usize = 4;
+/// Quant blocks one stage may hold (`TILE_K / 32`; compile-time bound of the unrolled k-loop).
+const MAX_STAGE_BLOCKS: usize = 8;
 
 /// Every mma accumulates onto these f32 bits (1.5·2²³) instead of 0: while |dot| < 2²² (a block
 /// dot is at most 32·128·128 = 2¹⁹) the s32 result, read as f32 bits, is exactly 1.5·2²³ + dot, so
@@ -215,6 +217,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
         assert!(P::TILE_M * P::TILE_K / (QK as u32) <= (MAX_STAGED as u32) * P::GEMM_WARPS * WARP);
         assert!(P::TILE_N * P::TILE_K / (QK as u32) <= (MAX_STAGED as u32) * P::GEMM_WARPS * WARP);
         assert!(smem_bytes::<P>(8) <= P::MAX_SMEM_PER_BLOCK);
+        assert!(P::TILE_K / (QK as u32) <= MAX_STAGE_BLOCKS as u32);
     };
     let nb = cols / QK as u32;
     // Token tiles run fastest through the grid: the blocks of one weight tile are resident
@@ -256,9 +259,12 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
         cp_async_commit();
 
         let cur = Stage::at::<P, F>(st % P::STAGES);
-        for j in 0..kb {
-            if st * kb + j >= nb {
-                break; // the same for the whole block: the k tail
+        // Unrolled (`kb` is a constant per policy): every shared-memory offset below becomes an
+        // immediate instead of per-load address arithmetic, which dominated the integer pipe.
+        unroll::<MAX_STAGE_BLOCKS>(#[inline(always)] |j| {
+            let j = j as u32;
+            if j >= kb || st * kb + j >= nb {
+                return; // the same for the whole block: the k tail
             }
             let mut a = [[0u32; 4]; MI];
             unroll::<MI>(|mi| {
@@ -290,7 +296,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
                     })
                 })
             });
-        }
+        });
         if next < stages {
             unsafe { pr.store_scales::<P, F>(next, &staged, next_slot) };
         }
