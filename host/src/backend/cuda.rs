@@ -299,6 +299,18 @@ pub struct CudaKvCache {
 }
 
 fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<Storage> {
+    let (qs, scales) = split_planes::<F>(ty, data, rows, cols, name)?;
+    Ok(Storage::Split { ty, qs: gpu.upload(&qs)?, scales: gpu.upload(&scales)? })
+}
+
+/// [`split`] into mapped host memory ([`Gpu::upload_mapped`]).
+fn split_mapped<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<Storage> {
+    let (qs, scales) = split_planes::<F>(ty, data, rows, cols, name)?;
+    Ok(Storage::Split { ty, qs: gpu.upload_mapped(&qs)?, scales: gpu.upload_mapped(&scales)? })
+}
+
+/// A GGUF tensor's blocks as the split quants and scales planes.
+fn split_planes<F: SplitFormat>(ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
     let (mut qs, mut scales) = (vec![0u8; qb], vec![0u8; sb]);
     ensure!(
@@ -307,7 +319,7 @@ fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols
         data.len(),
         ty.name()
     );
-    Ok(Storage::Split { ty, qs: gpu.upload(&qs)?, scales: gpu.upload(&scales)? })
+    Ok((qs, scales))
 }
 
 /// The shapes an attention step needs: cache layer and room, head layout the kernels take,
@@ -377,6 +389,21 @@ impl Backend for Cuda {
                 "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, F16, F32 are); use --device cpu",
                 other.name()
             ),
+        };
+        Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
+    }
+
+    /// Quantized tables live in mapped host memory: the embedding kernel reads a step's rows over
+    /// the bus, and the table (0.3–0.6 GB for an 8B model's 152k-token vocabulary) costs no VRAM.
+    fn load_lookup_table(&self, file: &Arc<GgufFile>, name: &str) -> Result<CudaWeight> {
+        let info = file.tensor(name)?;
+        let (rows, cols) = (info.rows() as usize, info.row_len() as usize);
+        let data = file.tensor_data(info);
+        let storage = match info.ggml_type {
+            GgmlType::Q4_0 => split_mapped::<formats::Q4_0>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
+            GgmlType::Q4_1 => split_mapped::<formats::Q4_1>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
+            GgmlType::Q8_0 => split_mapped::<formats::Q8_0>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
+            _ => return self.load_weight(file, name),
         };
         Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
     }

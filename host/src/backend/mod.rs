@@ -83,6 +83,12 @@ pub trait Backend {
 
     /// Maps (CPU, zero-copy) or uploads (device) the named tensor; errors name a missing tensor.
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<Self::Weight>;
+    /// A table only ever read through [`embed`](Self::embed) (a token embedding not tied to the
+    /// output projection): a device backend may keep it out of device memory, since a step reads
+    /// a few of its rows.
+    fn load_lookup_table(&self, file: &Arc<GgufFile>, name: &str) -> Result<Self::Weight> {
+        self.load_weight(file, name)
+    }
     fn kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache>;
 
     /// Host to device.

@@ -7,7 +7,7 @@
 mod shapes;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits};
 use kernels_gpu::kernels::launch::Dims;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -44,6 +44,9 @@ pub use kernels_gpu::entries::Arg;
 
 enum Mem<T> {
     Cuda(CudaSlice<T>),
+    /// Page-locked host memory mapped into the device's address space (read by kernels over
+    /// the bus; never copied by `write`/`download`, which only device buffers take).
+    Mapped(#[allow(dead_code)] PinnedHostSlice<T>), // held for its lifetime; kernels use `ptr`
     /// Host-executor memory (u128 words: 16-byte aligned like device allocations).
     Host(Box<[u128]>),
 }
@@ -219,6 +222,29 @@ impl Gpu {
             Imp::Cuda(c) => {
                 let slice = c.stream.clone_htod(data).map_err(|e| anyhow!("upload of {} bytes failed: {e:?}", std::mem::size_of_val(data)))?;
                 Ok(self.wrap(slice, &c.stream))
+            }
+            Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
+        }
+    }
+
+    /// `data` in page-locked host memory that kernels read directly over the bus: no device
+    /// memory, for tables of which a step reads a few rows (llama.cpp keeps the token embedding
+    /// on the host for the same reason). The host executor's "device" memory is host memory
+    /// anyway.
+    pub fn upload_mapped<T: DeviceRepr + ValidAsZeroBits + Copy>(&self, data: &[T]) -> Result<DBuf<T>> {
+        match &self.imp {
+            Imp::Cuda(c) => {
+                let bytes = std::mem::size_of_val(data);
+                let fail = |e| anyhow!("mapping {bytes} bytes of pinned host memory failed: {e:?}");
+                // SAFETY: every element is written below before any kernel can read it.
+                let mut host = unsafe { c.ctx.alloc_pinned_with_flags::<T>(data.len().max(1), cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP) }.map_err(fail)?;
+                host.as_mut_slice().map_err(fail)?[..data.len()].copy_from_slice(data);
+                let mut ptr = 0;
+                let hp = host.as_mut_ptr().map_err(fail)? as *mut std::ffi::c_void;
+                // SAFETY: `hp` is a live allocation made with CU_MEMHOSTALLOC_DEVICEMAP in this context.
+                let r = unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut ptr, hp, 0) };
+                r.result().map_err(fail)?;
+                Ok(DBuf { mem: Mem::Mapped(host), ptr, len: data.len() })
             }
             Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
         }

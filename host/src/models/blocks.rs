@@ -28,7 +28,15 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// The tensor `name`, which must be `[rows, cols]` in our convention (GGUF dims `[cols, rows]`).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
-        let w = self.b.load_weight(self.file, name)?;
+        Self::shaped(self.b.load_weight(self.file, name)?, name, rows, cols)
+    }
+
+    /// [`matrix`](Self::matrix) for a table only read by row lookups ([`Backend::load_lookup_table`]).
+    pub fn lookup_table(&self, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
+        Self::shaped(self.b.load_lookup_table(self.file, name)?, name, rows, cols)
+    }
+
+    fn shaped(w: B::Weight, name: &str, rows: usize, cols: usize) -> Result<B::Weight> {
         ensure!(
             w.rows() == rows && w.cols() == cols,
             "tensor {name} is {} rows x {} columns, the model's metadata implies {rows} x {cols}",
@@ -112,9 +120,10 @@ pub struct Head<B: Backend> {
 
 impl<B: Backend> Head<B> {
     pub fn load(l: &Loader<B>, c: &Config) -> Result<Self> {
-        let out = if l.has("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let tied = !l.has("output.weight");
+        let out = if tied { "token_embd.weight" } else { "output.weight" };
         Ok(Head {
-            embd: l.matrix("token_embd.weight", c.n_vocab, c.n_embd)?,
+            embd: if tied { l.matrix("token_embd.weight", c.n_vocab, c.n_embd)? } else { l.lookup_table("token_embd.weight", c.n_vocab, c.n_embd)? },
             norm: l.vector("output_norm.weight", c.n_embd)?,
             output: l.matrix(out, c.n_vocab, c.n_embd)?,
         })
