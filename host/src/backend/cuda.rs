@@ -76,12 +76,17 @@ pub struct Cuda {
     argmax_bufs: RefCell<Option<(DBuf<u32>, DBuf<u32>)>>,
     /// Quantized matmuls read f32 activations (no Q8_1): see [`Cuda::with_f32_activations`].
     f32_activations: bool,
+    /// Untied token embeddings in mapped host memory ([`Backend::load_lookup_table`]). On a real
+    /// GPU only with `KILN_MAPPED_EMBEDDING=1` until it has been measured there; always on the
+    /// host executor, so CI runs the path.
+    mapped_tables: bool,
 }
 
 impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
-        Self::on(Gpu::new(modules, ordinal)?)
+        let mapped = std::env::var("KILN_MAPPED_EMBEDDING").is_ok_and(|v| v == "1");
+        Ok(Cuda { mapped_tables: mapped, ..Self::on(Gpu::new(modules, ordinal)?)? })
     }
     /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
     /// kernel bodies, run on the CPU (slow; tests and debugging).
@@ -92,7 +97,7 @@ impl Cuda {
         let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
         let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
-        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_bufs: RefCell::default(), f32_activations: false })
+        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_bufs: RefCell::default(), f32_activations: false, mapped_tables: true })
     }
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -393,9 +398,13 @@ impl Backend for Cuda {
         Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
     }
 
-    /// Quantized tables live in mapped host memory: the embedding kernel reads a step's rows over
-    /// the bus, and the table (0.3–0.6 GB for an 8B model's 152k-token vocabulary) costs no VRAM.
+    /// With `mapped_tables`, quantized tables live in mapped host memory: the embedding kernel
+    /// reads a step's rows over the bus, and the table (0.3–0.6 GB for an 8B model's 152k-token
+    /// vocabulary) costs no VRAM.
     fn load_lookup_table(&self, file: &Arc<GgufFile>, name: &str) -> Result<CudaWeight> {
+        if !self.mapped_tables {
+            return self.load_weight(file, name);
+        }
         let info = file.tensor(name)?;
         let (rows, cols) = (info.rows() as usize, info.row_len() as usize);
         let data = file.tensor_data(info);
