@@ -32,6 +32,25 @@ struct AttnCase {
     seed: u64,
 }
 
+/// Cases from strategies for the shape `(kv_heads, group, head_dim, n, pos0)`, the spare cache
+/// slots and the sharpness, each with its own seed.
+fn cases(
+    shape: impl Strategy<Value = (u32, u32, u32, u32, u32)>,
+    spare: impl Strategy<Value = u32>,
+    sharp: impl Strategy<Value = f32>,
+) -> impl Strategy<Value = AttnCase> {
+    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
+        kv_heads,
+        group,
+        head_dim,
+        n,
+        pos0,
+        spare,
+        sharpness,
+        seed,
+    })
+}
+
 /// GQA group sizes 1–6 (1 = plain multi-head, 5 and 6 take two blocks per group), decode and
 /// prefill. The host executor pays for every warp shuffle round, so histories past the first
 /// chunks (up to 600 positions: several chunk boundaries) come with one KV head and token;
@@ -43,16 +62,7 @@ fn attn_case() -> impl Strategy<Value = AttnCase> {
     let shape = prop_oneof![3 => short, 1 => long];
     let spare = prop_oneof![3 => 0..3u32, 1 => 1000..3000u32];
     let sharp = prop::sample::select(vec![1.0f32, 4.0]);
-    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
-        kv_heads,
-        group,
-        head_dim,
-        n,
-        pos0,
-        spare,
-        sharpness,
-        seed,
-    })
+    cases(shape, spare, sharp)
 }
 
 /// Prefill of 2–4 tokens into a cache of ~70k positions: `tokens × chunks` is over the 1024
@@ -207,16 +217,7 @@ fn flash_case() -> impl Strategy<Value = AttnCase> {
     let shape = (1..=2u32, 1..=4u32, prop::sample::select(vec![64u32, 128]), 1..=150u32, 0..150u32);
     let spare = prop_oneof![3 => 0..3u32, 1 => 100..300u32];
     let sharp = prop::sample::select(vec![1.0f32, 4.0]);
-    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
-        kv_heads,
-        group,
-        head_dim,
-        n,
-        pos0,
-        spare,
-        sharpness,
-        seed,
-    })
+    cases(shape, spare, sharp)
 }
 
 /// Its operands are f16 (queries pre-scaled, probabilities in [0, 1]) with f32 accumulation:

@@ -99,6 +99,35 @@ impl Cuda {
         let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
         Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_bufs: RefCell::default(), f32_activations: false, mapped_tables: true })
     }
+    /// Uploads the named tensor: split quantized formats into device memory, or into mapped
+    /// host memory with `mapped` ([`Gpu::upload_mapped`]); f16/f32 always into device memory.
+    fn load(&self, file: &Arc<GgufFile>, name: &str, mapped: bool) -> Result<CudaWeight> {
+        let info = file.tensor(name)?;
+        let cols = info.row_len() as usize;
+        let rows = info.rows() as usize;
+        let data = file.tensor_data(info);
+        let gpu = &self.gpu;
+        let storage = match info.ggml_type {
+            GgmlType::Q4_0 => split::<formats::Q4_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
+            GgmlType::Q4_1 => split::<formats::Q4_1>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
+            GgmlType::Q8_0 => split::<formats::Q8_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
+            GgmlType::F16 => {
+                ensure!(cols % 8 == 0, "tensor {name}: f16 rows of {cols} are not a multiple of 8");
+                let v: Vec<u16> = data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                Storage::F16(gpu.upload(&v)?)
+            }
+            GgmlType::F32 => {
+                let v: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                Storage::F32(gpu.upload(&v)?)
+            }
+            other => bail!(
+                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, F16, F32 are); use --device cpu",
+                other.name()
+            ),
+        };
+        Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
@@ -303,15 +332,12 @@ pub struct CudaKvCache {
     spec: KvSpec,
 }
 
-fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<Storage> {
+/// A GGUF tensor's blocks as the split quants and scales planes, uploaded to device memory or,
+/// with `mapped`, to mapped host memory ([`Gpu::upload_mapped`]).
+fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str, mapped: bool) -> Result<Storage> {
     let (qs, scales) = split_planes::<F>(ty, data, rows, cols, name)?;
-    Ok(Storage::Split { ty, qs: gpu.upload(&qs)?, scales: gpu.upload(&scales)? })
-}
-
-/// [`split`] into mapped host memory ([`Gpu::upload_mapped`]).
-fn split_mapped<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<Storage> {
-    let (qs, scales) = split_planes::<F>(ty, data, rows, cols, name)?;
-    Ok(Storage::Split { ty, qs: gpu.upload_mapped(&qs)?, scales: gpu.upload_mapped(&scales)? })
+    let (qs, scales) = if mapped { (gpu.upload_mapped(&qs)?, gpu.upload_mapped(&scales)?) } else { (gpu.upload(&qs)?, gpu.upload(&scales)?) };
+    Ok(Storage::Split { ty, qs, scales })
 }
 
 /// A GGUF tensor's blocks as the split quants and scales planes.
@@ -372,49 +398,14 @@ impl Backend for Cuda {
     }
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CudaWeight> {
-        let info = file.tensor(name)?;
-        let cols = info.row_len() as usize;
-        let rows = info.rows() as usize;
-        let data = file.tensor_data(info);
-        let gpu = &self.gpu;
-        let storage = match info.ggml_type {
-            GgmlType::Q4_0 => split::<formats::Q4_0>(gpu, info.ggml_type, data, rows, cols, name)?,
-            GgmlType::Q4_1 => split::<formats::Q4_1>(gpu, info.ggml_type, data, rows, cols, name)?,
-            GgmlType::Q8_0 => split::<formats::Q8_0>(gpu, info.ggml_type, data, rows, cols, name)?,
-            GgmlType::F16 => {
-                ensure!(cols % 8 == 0, "tensor {name}: f16 rows of {cols} are not a multiple of 8");
-                let v: Vec<u16> = data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-                Storage::F16(gpu.upload(&v)?)
-            }
-            GgmlType::F32 => {
-                let v: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                Storage::F32(gpu.upload(&v)?)
-            }
-            other => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, F16, F32 are); use --device cpu",
-                other.name()
-            ),
-        };
-        Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
+        self.load(file, name, false)
     }
 
     /// With `mapped_tables`, quantized tables live in mapped host memory: the embedding kernel
     /// reads a step's rows over the bus, and the table (0.3–0.6 GB for an 8B model's 152k-token
     /// vocabulary) costs no VRAM.
     fn load_lookup_table(&self, file: &Arc<GgufFile>, name: &str) -> Result<CudaWeight> {
-        if !self.mapped_tables {
-            return self.load_weight(file, name);
-        }
-        let info = file.tensor(name)?;
-        let (rows, cols) = (info.rows() as usize, info.row_len() as usize);
-        let data = file.tensor_data(info);
-        let storage = match info.ggml_type {
-            GgmlType::Q4_0 => split_mapped::<formats::Q4_0>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
-            GgmlType::Q4_1 => split_mapped::<formats::Q4_1>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
-            GgmlType::Q8_0 => split_mapped::<formats::Q8_0>(&self.gpu, info.ggml_type, data, rows, cols, name)?,
-            _ => return self.load_weight(file, name),
-        };
-        Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
+        self.load(file, name, self.mapped_tables)
     }
 
     fn kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache> {
