@@ -1,8 +1,8 @@
 //! Properties of `kernels/mma.rs`, the tensor-core GEMM over split Q4_0/Q4_1/Q8_0 weights and
-//! Q8_1 activations: against the float64 value of the Q8_1 dot definition on the activations the
-//! quantize kernel produced, and against the mat-vec kernel on the very same inputs. Both
-//! finish each block with the same f32 arithmetic, so per output they may differ only by the
-//! rounding of summing blocks in another order: a few ulps of `Σ_b |term_b|`.
+//! f16 activations (from the `to_f16` kernel): against float64 on the very values the tensor
+//! cores multiply (each weight dequantized and rounded once to f16, each activation rounded to
+//! f16), where only the f32 accumulation may differ; and against float64 on the exact weights
+//! and f32 activations, where the two f16 roundings set the error.
 mod common;
 
 use common::data::{Gen, length, seed};
@@ -17,26 +17,32 @@ struct Case {
     rows: u32,
     blocks: u32,
     n: u32,
+    /// `y +=` instead of `y =`.
+    acc: bool,
     seed: u64,
 }
 
 /// Rows and tokens around the block tiles (64 and 128 rows, 64 tokens) and ragged counts;
-/// block counts around a stage (4 blocks) and past the 2- and 3-deep rings (9 and 13 blocks).
-/// Mostly small: the host executor runs every mma as a warp exchange between OS threads, so a
-/// case with two tiles each way costs seconds.
+/// block counts around a stage (2 and 4 blocks) and past the 2- and 4-deep rings (9 and 13
+/// blocks). Mostly small: the host executor runs every mma as a warp exchange between OS
+/// threads, so a case with two tiles each way costs seconds.
 fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
-    let blocks = prop_oneof![prop::sample::select(vec![1u32, 4, 5, 9, 13]), 1..=9u32];
+    let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65]), 2..=40u32];
-    (rows, blocks, n, seed()).prop_map(move |(rows, blocks, n, seed)| Case { fmt, rows, blocks, n, seed })
+    (rows, blocks, n, any::<bool>(), seed()).prop_map(move |(rows, blocks, n, acc, seed)| Case { fmt, rows, blocks, n, acc, seed })
 }
 
-fn entries(fmt: BlockFormat) -> (&'static str, &'static str, u32) {
+fn entry(fmt: BlockFormat) -> (&'static str, u32) {
     match fmt {
-        BlockFormat::Q4_0 => (names::kiln_mma_q4_0, names::kiln_matvec_q4_0, formats::Q4_0::QS_WORDS as u32),
-        BlockFormat::Q4_1 => (names::kiln_mma_q4_1, names::kiln_matvec_q4_1, formats::Q4_1::QS_WORDS as u32),
-        BlockFormat::Q8_0 => (names::kiln_mma_q8_0, names::kiln_matvec_q8_0, formats::Q8_0::QS_WORDS as u32),
+        BlockFormat::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS as u32),
+        BlockFormat::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS as u32),
+        BlockFormat::Q8_0 => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS as u32),
     }
+}
+
+fn f16_round(v: f64) -> f64 {
+    half::f16::from_f64(v).to_f64()
 }
 
 fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
@@ -44,51 +50,54 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
     let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+    let y0 = if c.acc { g.normals(n * rows, 4.0) } else { vec![0.0; n * rows] };
     let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
 
     let x_b = upload(dev, &x);
-    let xq_b = poisoned::<i8>(dev, n * cols, 0x80);
-    let xds_b = poisoned::<f32>(dev, n * cols / QK * 2, 0xff);
-    let dims = dev.shapes().quantize_q8_1(cols as u32, n as u32);
-    dev.launch(names::kiln_quantize_q8_1, dims, &[x_b.arg(), xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
-    let (xq, xds) = (download::<i8>(dev, &xq_b), download::<f32>(dev, &xds_b));
+    let xh_b = poisoned::<u16>(dev, n * cols, 0xff);
+    let pairs = (n * cols / 2) as u32;
+    dev.launch(names::kiln_to_f16, dev.shapes().flat(pairs), &[x_b.arg(), xh_b.arg(), Arg::U32(pairs)]);
+    let xh = download::<u16>(dev, &xh_b);
+    let want_h: Vec<u16> = x.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    prop_assert!(xh == want_h, "{}: to_f16 differs from round-to-nearest-even", dev.label());
 
     let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
-    let (mma, matvec, qs_words) = entries(c.fmt);
-    let args = |y: &common::Buf| [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
-    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let (mma, qs_words) = entry(c.fmt);
+    let y_b = if c.acc { upload(dev, &y0) } else { poisoned::<f32>(dev, n * rows, 0xff) };
     let dims = dev.shapes().mma(rows as u32, n as u32, qs_words);
-    dev.launch(mma, dims, &[&args(&y_b)[..], &[Arg::U32(n as u32)]].concat()); // n: the GEMM's last parameter
+    let args = [qs_b.arg(), sc_b.arg(), xh_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32), Arg::U32(n as u32), Arg::U32(c.acc as u32)];
+    dev.launch(mma, dims, &args);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "mma output", &y)?;
 
-    let mv_b = poisoned::<f32>(dev, n * rows, 0xff);
-    dev.launch(matvec, dev.shapes().matvec(rows as u32, n as u32), &[&args(&mv_b)[..], &[Arg::U32(0)]].concat()); // acc = 0
-    let mv = download::<f32>(dev, &mv_b);
-
-    let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);
-    check_err(dev, "vs exact Q8_1 activations", r::rel_err(&y, &exact), 1e-5)?;
-    let scale = r::matvec_q8_1_abs(c.fmt, &gguf, rows, cols, &xq, &xds);
-    for i in 0..n * rows {
-        // Each block term is rounded a few times and summed once: ~(nb + 3)·2⁻²⁴ of Σ|terms|.
-        let bound = 1e-5 * scale[i] + 1e-30;
-        let (t, row) = (i / rows, i % rows);
-        prop_assert!(
-            (y[i] as f64 - exact[i]).abs() <= bound,
-            "{}: token {t} row {row}: mma {} vs exact {} (bound {bound:.2e})",
-            dev.label(),
-            y[i],
-            exact[i]
-        );
-        prop_assert!(
-            (y[i] as f64 - mv[i] as f64).abs() <= bound,
-            "{}: token {t} row {row}: mma {} vs mat-vec {} (bound {bound:.2e})",
-            dev.label(),
-            y[i],
-            mv[i]
-        );
+    let w = r::dequantize(c.fmt, &gguf, rows, cols);
+    let (w16, x16): (Vec<f64>, Vec<f64>) = (w.iter().map(|&v| f16_round(v)).collect(), r::f16_values(&want_h));
+    let mut exact = vec![0f64; n * rows];
+    for t in 0..n {
+        for row in 0..rows {
+            let (wr, xr) = (row * cols..(row + 1) * cols, t * cols..(t + 1) * cols);
+            let (mut s16, mut abs16, mut s) = (0f64, 0f64, 0f64);
+            for (k, (&a, &b)) in w16[wr.clone()].iter().zip(&x16[xr.clone()]).enumerate() {
+                s16 += a * b;
+                abs16 += (a * b).abs();
+                s += w[wr.start + k] * x[xr.start + k] as f64;
+            }
+            let i = t * rows + row;
+            exact[i] = y0[i] as f64 + s;
+            // f32 accumulation of exact products over 2 mma steps per block, plus the `acc` add:
+            // a few ulps of Σ|terms| per step, generously.
+            let bound = (2 * c.blocks as usize + 8) as f64 * 2f64.powi(-22) * (abs16 + (y0[i] as f64).abs()) + 1e-30;
+            let want = y0[i] as f64 + s16;
+            prop_assert!(
+                (y[i] as f64 - want).abs() <= bound,
+                "{}: token {t} row {row}: mma {} vs f64 on the f16 operands {want} (bound {bound:.2e})",
+                dev.label(),
+                y[i]
+            );
+        }
     }
-    Ok(())
+    // The f16 roundings of weights and activations: ~2⁻¹¹ each, relative.
+    check_err(dev, "vs exact weights and f32 activations", r::rel_err(&y, &exact), 3e-3)
 }
 
 kernel_properties! {
@@ -102,6 +111,6 @@ kernel_properties! {
 fn gpu_mma_large() {
     let formats = prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]);
     let case = (formats, length(3000), 1..=128u32, length(300).prop_map(|n| n.max(2)), seed())
-        .prop_map(|(fmt, rows, blocks, n, seed)| Case { fmt, rows, blocks, n, seed });
+        .prop_map(|(fmt, rows, blocks, n, seed)| Case { fmt, rows, blocks, n, acc: seed % 2 == 1, seed });
     common::run_gpu("gpu_mma_large", 32, case, gemm);
 }

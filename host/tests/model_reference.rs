@@ -433,8 +433,10 @@ fn cuda_backend_ops_match_cpu_backend_in_lockstep() {
 }
 
 /// Prefill in lockstep: all of `TOKENS` in one forward pass, so the CUDA backend's quantized
-/// matmuls take the tensor-core GEMM (`kernels/mma.rs`) instead of the mat-vec; each op must
-/// agree with the CPU backend's to 1e-5, for every quantized weight format.
+/// matmuls take the tensor-core GEMM (`kernels/mma.rs`) instead of the mat-vec. The GEMM
+/// multiplies f16-rounded weights and activations (no 8-bit activations), so the reference is
+/// the CPU backend in f32-activation mode, and each op must agree to 2e-3 of its largest
+/// value (two f16 roundings, ~2⁻¹¹ each), for every quantized weight format.
 #[test]
 fn cuda_backend_prefill_matches_cpu_backend_in_lockstep() {
     use kiln_host::backend::cuda::Cuda;
@@ -444,7 +446,7 @@ fn cuda_backend_prefill_matches_cpu_backend_in_lockstep() {
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let s = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty, ..LLAMA };
         let (file, _) = build(&s);
-        let lock = Lockstep::new(Cpu::new(), Cuda::host::<policies::Hopper>(), 1e-5);
+        let lock = Lockstep::new(Cpu::new().with_f32_activations(), Cuda::host::<policies::Hopper>(), 2e-3);
         let model = models::load(&lock, &file, &mut |_, _| {}).unwrap();
         let mut cache = lock.kv_cache(&model.config().kv_spec(32)).unwrap();
         model.forward(&lock, &mut cache, &TOKENS, 0, Logits::All).unwrap();

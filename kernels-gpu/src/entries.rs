@@ -151,9 +151,9 @@ kernel_table! {
     kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
-    kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
-    kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, n: u32);
+    kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
@@ -164,6 +164,7 @@ kernel_table! {
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
     kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, threads: u32);
     kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
+    kiln_to_f16 = ew::to_f16 [] (x: *const f32, h: *mut u32, pairs: u32);
     kiln_add_assign = ew::add_assign [] (acc: *mut f32, x: *const f32, len: u32);
     kiln_embed_q4_0 = ew::embed_split [formats::Q4_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q4_1 = ew::embed_split [formats::Q4_1] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);

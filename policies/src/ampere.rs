@@ -1,4 +1,4 @@
-use crate::{M16N8K32, TargetPolicy};
+use crate::{M16N8K16, TargetPolicy};
 
 /// sm_80 (A100 and the Ampere family; the fallback module for any cc 8.x).
 pub struct Ampere;
@@ -22,7 +22,7 @@ impl TargetPolicy for Ampere {
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     const VECTOR_BYTES: u32 = 16;
 
-    type Mma = M16N8K32;
+    type Mma = M16N8K16;
     const TILE_M: u32 = 64;
     const TILE_N: u32 = 64;
     const TILE_K: u32 = 128;

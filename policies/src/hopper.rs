@@ -1,4 +1,4 @@
-use crate::{M16N8K32, TargetPolicy};
+use crate::{M16N8K16, TargetPolicy};
 
 /// sm_90 (H100, H200). Built as plain sm_90 so the module also JITs on later non-`a` parts;
 /// wgmma/TMA kernels would go in an `sm_90a` module once measurements show they pay.
@@ -23,14 +23,14 @@ impl TargetPolicy for Hopper {
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     const VECTOR_BYTES: u32 = 16;
 
-    type Mma = M16N8K32;
+    type Mma = M16N8K16;
     const TILE_M: u32 = 128;
     const TILE_N: u32 = 64;
-    const TILE_K: u32 = 128;
+    const TILE_K: u32 = 64;
     const GEMM_WARPS: u32 = 8;
     const GEMM_WARP_M: u32 = 32;
     const GEMM_WARP_N: u32 = 32;
-    const STAGES: u32 = 3;
+    const STAGES: u32 = 4;
     const GEMM_MIN_TOKENS: u32 = 8;
 
     const ROW_THREADS: u32 = 256;

@@ -26,7 +26,9 @@ pub trait MmaShape {
     const K: u32;
 }
 
-/// `mma.sync.aligned.m16n8k16` (f16/bf16 inputs, f32 accumulators): sm_80 and later.
+/// `mma.sync.aligned.m16n8k16` (f16/bf16 inputs, f32 accumulators): sm_80 and later. The
+/// quantized GEMM dequantizes weights to f16 in registers and is built on it, as is the
+/// prefill attention.
 pub struct M16N8K16;
 impl MmaShape for M16N8K16 {
     const M: u32 = 16;
@@ -35,7 +37,8 @@ impl MmaShape for M16N8K16 {
 }
 
 /// `mma.sync.aligned.m16n8k32` (s8/u8 inputs, s32 accumulators): sm_80 and later. K = 32 is one
-/// GGUF quant block, which is why the quantized GEMM is built on it.
+/// GGUF quant block; an int8 GEMM on it needs f32 scaling per block and output element, which
+/// measured slower than dequantizing to f16 (docs/benchmarks.md).
 pub struct M16N8K32;
 impl MmaShape for M16N8K32 {
     const M: u32 = 16;

@@ -1,4 +1,4 @@
-use crate::{M16N8K32, TargetPolicy};
+use crate::{M16N8K16, TargetPolicy};
 
 /// sm_121 (DGX Spark, GB10). LPDDR5x at ~273 GB/s: mat-vec is starved for bytes long before
 /// arithmetic, so fewer rows per warp keep more blocks in flight per byte.
@@ -23,7 +23,7 @@ impl TargetPolicy for SparkGb10 {
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     const VECTOR_BYTES: u32 = 16;
 
-    type Mma = M16N8K32;
+    type Mma = M16N8K16;
     const TILE_M: u32 = 64;
     const TILE_N: u32 = 64;
     const TILE_K: u32 = 128;

@@ -197,7 +197,7 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
 }
 
 /// The tensor-core GEMM for `tokens` activation rows: checked on sampled outputs against float64
-/// over the exact quantized activations, then timed (weights stay in L2 across launches, as
+/// over its f16 operands, then timed (weights stay in L2 across launches, as
 /// they would not in a model; at these sizes the GEMM is arithmetic-bound either way).
 fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize, cols: usize, iters: usize, rng: &mut StdRng) -> Result<GemmCase> {
     let w = random_split::<F>(gpu, rows, cols, 1, rng)?;
@@ -209,9 +209,12 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
     let sh = gpu.shapes();
     let (t32, r32, c32) = (tokens as u32, rows as u32, cols as u32);
     gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(c32, t32), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)])?;
-    let gemm_args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(t32)];
-    // The mat-vec's last argument: overwrite y, not add to it.
-    let args = [&gemm_args[..7], &[Arg::U32(0)]].concat();
+    let xh = gpu.alloc::<u16>(tokens * cols)?;
+    let pairs = (tokens * cols / 2) as u32;
+    gpu.launch(names::kiln_to_f16, sh.flat(pairs), &[xd.arg(), xh.arg(), Arg::U32(pairs)])?;
+    // Last arguments: overwrite y, not add to it.
+    let gemm_args = [w.qs[0].arg(), w.scales[0].arg(), xh.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(t32), Arg::U32(0)];
+    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(0)];
     let gemm = match F::GGUF_BYTES {
         18 => names::kiln_mma_q4_0,
         20 => names::kiln_mma_q4_1,
@@ -221,7 +224,8 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
     let gemm_dims = sh.mma(r32, t32, F::QS_WORDS as u32);
     gpu.launch(gemm, gemm_dims, &gemm_args)?;
     gpu.synchronize()?;
-    let (got, q, s) = (gpu.download(&y)?, gpu.download(&xq)?, gpu.download(&xds)?);
+    let got = gpu.download(&y)?;
+    let f16 = |v: f32| half::f16::from_f32(v).to_f64();
     let nb = cols / 32;
     let mut max_rel = 0f64;
     for (t, row) in (0..97).map(|i| ((i * 7919) % tokens, (i * 104_729) % rows)).chain([(tokens - 1, rows - 1)]) {
@@ -230,8 +234,9 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
             let blk = row * nb + b;
             let (qs, sc) = (&w.host_qs[blk * F::QS_WORDS * 4..], &w.host_scales[blk * F::SCALE_BYTES..]);
             for i in 0..32 {
-                let wv = F::element(qs.as_ptr(), sc.as_ptr(), i) as f64;
-                let xv = q[t * cols + b * 32 + i] as f64 * s[2 * (t * nb + b)] as f64;
+                // The operands the tensor cores multiply: each rounded once to f16.
+                let wv = f16(F::element(qs.as_ptr(), sc.as_ptr(), i));
+                let xv = f16(x[t * cols + b * 32 + i]);
                 acc += wv * xv;
                 mag += (wv * xv).abs();
             }

@@ -230,8 +230,26 @@ impl Cuda {
         self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.0, x.1, y, rows, cols, Arg::U32(u32::from(acc))])
     }
 
-    /// `x += a·wᵀ` through a fresh output (the GEMM, f32-activation and f16 paths, which do
-    /// not accumulate).
+    /// The tensor-core GEMM `y = x·wᵀ` (or `y +=` with `acc`) over `x` rounded to f16.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_gemm(&self, ty: GgmlType, qs: &DBuf<u8>, scales: &DBuf<u8>, w: &CudaWeight, x: &CudaTensor, y: Arg, acc: bool) -> Result<()> {
+        let (k, qs_words) = match ty {
+            GgmlType::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS),
+            GgmlType::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS),
+            _ => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS),
+        };
+        ensure!(x.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", x.cols, w.name, w.cols);
+        let n = u32_arg(x.rows, "tokens")?;
+        let h = self.tensor(x.rows, x.cols / 2)?; // f16 pairs, one per f32 slot
+        let pairs = to_u32(x.len() / 2, "activation elements")?;
+        self.gpu.launch(names::kiln_to_f16, self.gpu.shapes().flat(pairs), &[x.arg(), h.arg(), Arg::U32(pairs)])?;
+        let dims = self.gpu.shapes().mma(w.rows as u32, x.rows as u32, qs_words as u32);
+        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
+        self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), h.arg(), y, rows, cols, n, Arg::U32(u32::from(acc))])
+    }
+
+    /// `x += a·wᵀ` through a fresh output (the f32-activation and f16 paths, which do not
+    /// accumulate).
     fn add_matmul_output(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
         let y = self.matmul(a, w)?;
         self.add_assign(x, &y)
@@ -501,19 +519,11 @@ impl Backend for Cuda {
                 ensure!(w.cols.is_multiple_of(32), "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
                 // Prefill: the tensor-core GEMM reads the weights once per token tile; the
                 // mat-vec reads them once per token, which only pays for a few tokens.
-                let gemm = match ty {
-                    _ if n < sh.gemm_min_tokens() => None,
-                    GgmlType::Q4_0 => Some((names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS)),
-                    GgmlType::Q4_1 => Some((names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS)),
-                    _ => Some((names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS)),
-                };
-                self.with_q8(x, |xq, xds| match gemm {
-                    Some((g, qs_words)) => {
-                        let dims = sh.mma(w.rows as u32, n, qs_words as u32);
-                        self.gpu.launch(g, dims, &[qs.arg(), scales.arg(), xq, xds, out.arg(), rows, cols, Arg::U32(n)])
-                    }
-                    None => self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false),
-                })?;
+                if n >= sh.gemm_min_tokens() {
+                    self.launch_gemm(*ty, qs, scales, w, x, out.arg(), false)?;
+                } else {
+                    self.with_q8(x, |xq, xds| self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false))?;
+                }
             }
             Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
             Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),
@@ -687,12 +697,15 @@ impl Backend for Cuda {
 
     fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
         let Storage::Split { ty, qs, scales } = &w.storage else { return self.add_matmul_output(x, a, w) };
-        if self.f32_activations || a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
+        if self.f32_activations {
             return self.add_matmul_output(x, a, w);
         }
         ensure!(a.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", a.cols, w.name, w.cols);
         ensure!(x.rows == a.rows && x.cols == w.rows, "matmul_add: residual is {}x{}, {} gives {}x{}", x.rows, x.cols, w.name, a.rows, w.rows);
         x.q8 = None;
+        if a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
+            return self.launch_gemm(*ty, qs, scales, w, a, x.arg(), true);
+        }
         self.with_q8(a, |xq, xds| self.launch_matvec(*ty, qs, scales, w, a.rows as u32, (xq, xds), x.arg(), true))
     }
 

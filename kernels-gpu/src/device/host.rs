@@ -396,6 +396,30 @@ pub fn cp_async_wait(pending: u32) {
     });
 }
 
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let bytes = ((b as u64) << 32 | a as u64).to_le_bytes();
+    u32::from_le_bytes(core::array::from_fn(|i| bytes[(sel >> (4 * i)) as usize & 7]))
+}
+
+/// Each half through f64 (exact for f16 products and their sums here), rounded once to f16.
+fn f16x2_map(a: u32, b: u32, c: u32, f: impl Fn(f64, f64, f64) -> f64) -> u32 {
+    let h = |w: u32, i: u32| f16::from_bits((w >> (16 * i)) as u16) as f64;
+    let r = |i: u32| (f(h(a, i), h(b, i), h(c, i)) as f16).to_bits() as u32;
+    r(0) | r(1) << 16
+}
+
+pub fn sub_f16x2(a: u32, b: u32) -> u32 {
+    f16x2_map(a, b, 0, |a, b, _| a - b)
+}
+
+pub fn mul_f16x2(a: u32, b: u32) -> u32 {
+    f16x2_map(a, b, 0, |a, b, _| a * b)
+}
+
+pub fn fma_f16x2(a: u32, b: u32, c: u32) -> u32 {
+    f16x2_map(a, b, c, |a, b, c| a * b + c)
+}
+
 pub fn exp2(x: f32) -> f32 {
     x.exp2()
 }

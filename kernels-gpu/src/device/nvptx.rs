@@ -164,6 +164,39 @@ pub fn rsqrt(x: f32) -> f32 {
     r
 }
 
+/// `prmt.b32` (default mode): byte `i` of the result is byte `sel[4i+2..4i]` (0..8) of the
+/// eight bytes `b:a` (a = bytes 0..4).
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `sub.rn.f16x2`: two f16 differences, each rounded once.
+#[inline(always)]
+pub fn sub_f16x2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("sub.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `mul.rn.f16x2`: two f16 products, each rounded once.
+#[inline(always)]
+pub fn mul_f16x2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `fma.rn.f16x2`: two f16 `a·b + c`, each rounded once.
+#[inline(always)]
+pub fn fma_f16x2(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("fma.rn.f16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack)) };
+    r
+}
+
 /// `fma.rn.f32`: `a·b + c` rounded once (what the CPU's `f32::mul_add` returns).
 #[inline(always)]
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {

@@ -56,6 +56,16 @@ pub fn rotate(a: f32, b: f32, pos: u32, i: u32, rot_dim: u32, log2_base: f32) ->
     (a * c - b * s, a * s + b * c)
 }
 
+/// `h` = `x` rounded to f16 (nearest even), two per word: the GEMM's activations. Threads:
+/// `pairs` (half the element count).
+pub unsafe fn to_f16<P: TargetPolicy>(x: *const f32, h: *mut u32, pairs: u32) {
+    let id = global_id();
+    if id < pairs {
+        let (a, b) = unsafe { (*x.add(2 * id as usize), *x.add(2 * id as usize + 1)) };
+        unsafe { *h.add(id as usize) = f32_to_f16(a) as u32 | (f32_to_f16(b) as u32) << 16 };
+    }
+}
+
 /// `out[i] = silu(gate[i]) · up[i]`. Threads: `len`.
 pub unsafe fn swiglu<P: TargetPolicy>(gate: *const f32, up: *const f32, out: *mut f32, len: u32) {
     let i = global_id();

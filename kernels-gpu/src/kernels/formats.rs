@@ -4,7 +4,7 @@
 //!
 //! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
 //! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
-use crate::device::{dp4a_s32, f16_to_f32, fma_f32};
+use crate::device::{dp4a_s32, f16_to_f32, fma_f16x2, fma_f32, mul_f16x2, prmt, sub_f16x2};
 
 /// Elements per quant block of every split format.
 pub const QK: usize = 32;
@@ -44,13 +44,21 @@ pub trait SplitFormat: 'static {
     /// the f32 pipe is its bound.
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32;
 
-    /// The quant word (0..QS_WORDS) holding elements `k0..k0+4` (`k0 % 4 == 0`).
-    fn code_word(k0: u32) -> u32;
+    /// The quant word (0..QS_WORDS) holding elements `16s + 4t .. 16s + 4t + 4`: what lane
+    /// `t` of a quad takes for k-step `s` (0, 1) of a block in the f16 GEMM (`kernels/mma.rs`).
+    fn step_word(s: u32, t: u32) -> u32;
 
-    /// Elements `k0..k0+4` of a block as four s8 codes (lowest k in the lowest byte), from their
-    /// quant word `word` ([`code_word`](Self::code_word)): the integer operand of a
-    /// tensor-core block dot.
-    fn codes4(word: u32, k0: u32) -> u32;
+    /// Those four elements' codes, from their word, as unsigned bytes (lowest element lowest).
+    fn step_codes(word: u32, s: u32) -> u32;
+
+    /// The block's raw scale bits (`SCALE_BYTES`, little-endian) as f16 pairs `[d·(1,1),
+    /// m·(1,1)]`: every scale is an f16 already, so this is a shuffle, not a conversion.
+    fn scales_f16x2(raw: u32) -> [u32; 2];
+
+    /// Two elements as f16x2, rounded once from their exact values, given their unsigned codes
+    /// `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`]) and the
+    /// [`scales_f16x2`](Self::scales_f16x2).
+    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32;
 
     /// Element `i` (0..32) of a block, dequantized.
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
@@ -104,12 +112,30 @@ fn nibble(qs: *const u8, i: usize) -> f32 {
     (if i < 16 { b & 0xf } else { b >> 4 }) as f32
 }
 
-/// Low (`k0 < 16`) or high nibbles of a 4-bit block's quant word, one per byte: elements
-/// `k0..k0+4` in llama.cpp's Q4 order.
+/// Low (`half == 0`) or high nibbles of a 4-bit block's quant word `w`, one per byte: elements
+/// `4w..4w+4` or `16+4w..` in llama.cpp's Q4 order.
 #[inline(always)]
-fn nibbles4(word: u32, k0: u32) -> u32 {
-    (if k0 < 16 { word } else { word >> 4 }) & 0x0f0f_0f0f
+fn nibbles(word: u32, half: u32) -> u32 {
+    (word >> (4 * half)) & 0x0f0f_0f0f
 }
+
+/// Bytes `lo` and `lo + 1` of `codes` (unsigned codes `u < 256`) as f16x2 `1024 + u`: an f16 in
+/// [1024, 2048) has unit spacing, so its low byte of mantissa is the code itself.
+#[inline(always)]
+pub fn biased_f16x2(codes: u32, lo: u32) -> u32 {
+    // prmt picks bytes of (0x64646464 : codes); selector nibbles (code, 0x64, code + 1, 0x64).
+    prmt(codes, 0x6464_6464, 0x4040 + lo + ((lo + 1) << 8))
+}
+
+/// f16x2 of (`v`, `v`).
+const fn f16x2_splat(v: u32) -> u32 {
+    v | v << 16
+}
+/// f16 bits of 1024, 1032 (1024 + Q4_0's offset 8) and 1152 (1024 + the 128 that makes an s8
+/// code unsigned).
+const F16_1024: u32 = f16x2_splat(0x6400);
+const F16_1032: u32 = f16x2_splat(0x6408);
+const F16_1152: u32 = f16x2_splat(0x6480);
 
 /// Q4_0: value = d·(q − 8). Its codes are q − 8 (s8), so the integer dot already holds the
 /// −8·Σx term exactly; the mat-vec gets the same integer from the raw nibbles and the exact
@@ -140,14 +166,21 @@ impl SplitFormat for Q4_0 {
         fma_f32(w[0], xd * dot, acc)
     }
     #[inline(always)]
-    fn code_word(k0: u32) -> u32 {
-        (k0 % 16) / 4
+    fn step_word(_s: u32, t: u32) -> u32 {
+        t
     }
     #[inline(always)]
-    fn codes4(word: u32, k0: u32) -> u32 {
-        // Per byte q − 8 without borrows between bytes: set each byte's top bit (q | 0x80 ≥ 8),
-        // subtract 8, flip the top bit back: (128 + q − 8) ^ 128 ≡ q − 8 (mod 256).
-        ((nibbles4(word, k0) | 0x8080_8080) - 0x0808_0808) ^ 0x8080_8080
+    fn step_codes(word: u32, s: u32) -> u32 {
+        nibbles(word, s)
+    }
+    #[inline(always)]
+    fn scales_f16x2(raw: u32) -> [u32; 2] {
+        [f16x2_splat(raw & 0xffff), 0]
+    }
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+        // 1024 + q − 1032 = q − 8 is exact in f16; the product is the one rounding.
+        mul_f16x2(sub_f16x2(biased, F16_1032), scales[0])
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
@@ -180,12 +213,20 @@ impl SplitFormat for Q4_1 {
         fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
     }
     #[inline(always)]
-    fn code_word(k0: u32) -> u32 {
-        (k0 % 16) / 4
+    fn step_word(_s: u32, t: u32) -> u32 {
+        t
     }
     #[inline(always)]
-    fn codes4(word: u32, k0: u32) -> u32 {
-        nibbles4(word, k0)
+    fn step_codes(word: u32, s: u32) -> u32 {
+        nibbles(word, s)
+    }
+    #[inline(always)]
+    fn scales_f16x2(raw: u32) -> [u32; 2] {
+        [f16x2_splat(raw & 0xffff), f16x2_splat(raw >> 16)]
+    }
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+        fma_f16x2(sub_f16x2(biased, F16_1024), scales[0], scales[1])
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
@@ -224,12 +265,20 @@ impl SplitFormat for Q8_0 {
         fma_f32(w[0], xd * dot, acc)
     }
     #[inline(always)]
-    fn code_word(k0: u32) -> u32 {
-        k0 / 4
+    fn step_word(s: u32, t: u32) -> u32 {
+        4 * s + t
     }
     #[inline(always)]
-    fn codes4(word: u32, _k0: u32) -> u32 {
-        word
+    fn step_codes(word: u32, _s: u32) -> u32 {
+        word ^ 0x8080_8080 // s8 q → u8 q + 128
+    }
+    #[inline(always)]
+    fn scales_f16x2(raw: u32) -> [u32; 2] {
+        [f16x2_splat(raw & 0xffff), 0]
+    }
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+        mul_f16x2(sub_f16x2(biased, F16_1152), scales[0])
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
