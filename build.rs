@@ -16,22 +16,43 @@ struct Target {
 }
 
 fn target<P: TargetPolicy>() -> Target {
-    Target { name: P::NAME, cpu: P::PTX_TARGET, ptx_isa: P::PTX_ISA, min_cc: P::MIN_CC }
+    Target {
+        name: P::NAME,
+        cpu: P::PTX_TARGET,
+        ptx_isa: P::PTX_ISA,
+        min_cc: P::MIN_CC,
+    }
 }
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for p in ["kernels-gpu/src", "kernels-gpu/Cargo.toml", "kernels-gpu/link-ptx.sh", "policies/src", "rust-toolchain.toml"] {
+    for p in [
+        "kernels-gpu/src",
+        "kernels-gpu/Cargo.toml",
+        "kernels-gpu/link-ptx.sh",
+        "policies/src",
+        "rust-toolchain.toml",
+    ] {
         println!("cargo::rerun-if-changed={}", root.join(p).display());
     }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target")).join("ptx");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("ptx");
 
-    let mut table = String::from("/// Every target's PTX module, built by build.rs from kernels-gpu.\npub static PTX_MODULES: &[PtxModule] = &[\n");
-    for t in [target::<Ampere>(), target::<Hopper>(), target::<SparkGb10>()] {
+    let mut table = String::from(
+        "/// Every target's PTX module, built by build.rs from kernels-gpu.\npub static PTX_MODULES: &[PtxModule] = &[\n",
+    );
+    for t in [
+        target::<Ampere>(),
+        target::<Hopper>(),
+        target::<SparkGb10>(),
+    ] {
         let ptx = build_module(&root, &target_dir, &t);
         let dst = out_dir.join(format!("{}.ptx", t.name));
-        std::fs::copy(&ptx, &dst).unwrap_or_else(|e| panic!("copy {} -> {}: {e}", ptx.display(), dst.display()));
+        std::fs::copy(&ptx, &dst)
+            .unwrap_or_else(|e| panic!("copy {} -> {}: {e}", ptx.display(), dst.display()));
         table += &format!(
             "    PtxModule {{ name: {:?}, min_cc: {}, ptx: include_str!(concat!(env!(\"OUT_DIR\"), \"/{}.ptx\")) }},\n",
             t.name, t.min_cc, t.name
@@ -45,7 +66,10 @@ fn build_module(root: &Path, target_dir: &Path, t: &Target) -> PathBuf {
     let flags = [
         format!("-Ctarget-cpu={}", t.cpu),
         format!("-Ctarget-feature=+ptx{}", t.ptx_isa),
-        format!("-Clinker={}", root.join("kernels-gpu/link-ptx.sh").display()),
+        format!(
+            "-Clinker={}",
+            root.join("kernels-gpu/link-ptx.sh").display()
+        ),
         "--cfg".into(),
         format!("kiln_target=\"{}\"", t.name),
     ];
@@ -53,17 +77,56 @@ fn build_module(root: &Path, target_dir: &Path, t: &Target) -> PathBuf {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        let outer = ["RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "CARGO_MAKEFLAGS", "OUT_DIR", "TARGET", "HOST", "PROFILE", "OPT_LEVEL", "DEBUG", "NUM_JOBS", "RUSTC_LINKER", "CARGO_ENCODED_RUSTFLAGS"];
-        if outer.contains(&k.as_str()) || k.starts_with("CARGO_FEATURE_") || k.starts_with("CARGO_CFG_") || k.starts_with("CARGO_PKG_") || k.starts_with("CARGO_MANIFEST_") {
+        let outer = [
+            "RUSTC",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "RUSTDOC",
+            "RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "CARGO_MAKEFLAGS",
+            "OUT_DIR",
+            "TARGET",
+            "HOST",
+            "PROFILE",
+            "OPT_LEVEL",
+            "DEBUG",
+            "NUM_JOBS",
+            "RUSTC_LINKER",
+            "CARGO_ENCODED_RUSTFLAGS",
+        ];
+        if outer.contains(&k.as_str())
+            || k.starts_with("CARGO_FEATURE_")
+            || k.starts_with("CARGO_CFG_")
+            || k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+        {
             cmd.env_remove(&k);
         }
     }
     cmd.current_dir(root.join("kernels-gpu"))
         .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\u{1f}"))
-        .args(["rustc", "--profile", "ptx", "--lib", "--crate-type", "cdylib", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--quiet"])
+        .args([
+            "rustc",
+            "--profile",
+            "ptx",
+            "--lib",
+            "--crate-type",
+            "cdylib",
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "-Zbuild-std=core",
+            "--quiet",
+        ])
         .arg("--target-dir")
         .arg(&dir);
-    let out = cmd.output().unwrap_or_else(|e| panic!("kiln: could not run cargo for the {} kernel build: {e}", t.name));
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!(
+            "kiln: could not run cargo for the {} kernel build: {e}",
+            t.name
+        )
+    });
     if !out.status.success() {
         panic!(
             "kiln: building GPU kernels for {} failed (rustc nvptx64-nvidia-cuda + kernels-gpu/link-ptx.sh):\n{}{}",
@@ -74,7 +137,11 @@ fn build_module(root: &Path, target_dir: &Path, t: &Target) -> PathBuf {
     }
     let ptx = dir.join("nvptx64-nvidia-cuda/ptx/kernels_gpu.ptx");
     if !ptx.exists() {
-        panic!("kiln: the {} kernel build succeeded but {} is missing", t.name, ptx.display());
+        panic!(
+            "kiln: the {} kernel build succeeded but {} is missing",
+            t.name,
+            ptx.display()
+        );
     }
     ptx
 }

@@ -20,7 +20,11 @@ use kiln_host::sampling::SamplerConfig;
 use kiln_host::tokenizer::Tokenizer;
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "GGUF LLM inference on the CPU or an NVIDIA GPU (kernels written in Rust)")]
+#[command(
+    name = "kiln",
+    version,
+    about = "GGUF LLM inference on the CPU or an NVIDIA GPU (kernels written in Rust)"
+)]
 struct Cli {
     /// CPU threads (default: all cores).
     #[arg(short = 't', long, global = true)]
@@ -149,7 +153,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match in_pool(cli) {
@@ -164,7 +172,10 @@ fn main() -> ExitCode {
 
 /// `kiln generate ... | head` closing the pipe early is not an error.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Runs the command on a rayon worker thread: the CPU backend's parallel ops then start from
@@ -175,7 +186,9 @@ fn in_pool(cli: Cli) -> Result<()> {
     if let Some(t) = cli.threads {
         b = b.num_threads(t.max(1));
     }
-    b.build().context("starting the thread pool")?.install(move || run(cli))
+    b.build()
+        .context("starting the thread pool")?
+        .install(move || run(cli))
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -203,12 +216,31 @@ enum Picked {
 /// `--llama-numerics` exists on the CPU only, so it takes the CPU.
 fn pick_backend(m: &ModelArgs) -> Result<Picked> {
     let cpu = || {
-        let c = if m.f32_activations { Cpu::new().with_f32_activations() } else { Cpu::new() };
-        if m.llama_numerics { c.with_llama_numerics() } else { c }
+        let c = if m.f32_activations {
+            Cpu::new().with_f32_activations()
+        } else {
+            Cpu::new()
+        };
+        if m.llama_numerics {
+            c.with_llama_numerics()
+        } else {
+            c
+        }
     };
-    let cuda = || Cuda::new(kiln::PTX_MODULES, 0).map(|c| if m.f32_activations { c.with_f32_activations() } else { c });
+    let cuda = || {
+        Cuda::new(kiln::PTX_MODULES, 0).map(|c| {
+            if m.f32_activations {
+                c.with_f32_activations()
+            } else {
+                c
+            }
+        })
+    };
     if m.llama_numerics {
-        ensure!(m.device != Device::Cuda, "--llama-numerics runs on the CPU backend only");
+        ensure!(
+            m.device != Device::Cuda,
+            "--llama-numerics runs on the CPU backend only"
+        );
         return Ok(Picked::Cpu(cpu()));
     }
     match m.device {
@@ -243,14 +275,19 @@ fn load<B: Backend + 'static>(backend: B, m: &ModelArgs) -> Result<Engine<B>> {
 
 fn ensure_file(p: &Path) -> Result<()> {
     if !p.is_file() {
-        bail!("model file {} not found (run scripts/fetch-model.sh?)", p.display());
+        bail!(
+            "model file {} not found (run scripts/fetch-model.sh?)",
+            p.display()
+        );
     }
     Ok(())
 }
 
 fn params(s: &SampleArgs) -> GenParams {
     let seed = s.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
     });
     GenParams {
         max_tokens: s.n,
@@ -282,7 +319,10 @@ fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 }
 
 fn template(engine: &Engine<impl Backend>) -> Result<&ChatTemplate> {
-    engine.template.as_ref().context("this model has no chat template (tokenizer.chat_template)")
+    engine
+        .template
+        .as_ref()
+        .context("this model has no chat template (tokenizer.chat_template)")
 }
 
 fn summary(g: &Generation) {
@@ -306,7 +346,9 @@ fn generate<B: Backend + 'static>(backend: B, a: &GenerateArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => {
             let mut s = String::new();
-            io::stdin().read_to_string(&mut s).context("reading the prompt from stdin")?;
+            io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the prompt from stdin")?;
             s
         }
     };
@@ -405,10 +447,22 @@ fn info(path: &Path) -> Result<()> {
     let f = GgufFile::open(path)?;
     let size = std::fs::metadata(path)?.len();
     let arch = f.get_str("general.architecture").unwrap_or("(none)");
-    let u = |k: &str| f.get_u32(&format!("{arch}.{k}")).map_or("-".to_string(), |v| v.to_string());
-    let fl = |k: &str| f.get_f32(&format!("{arch}.{k}")).map_or("-".to_string(), |v| v.to_string());
+    let u = |k: &str| {
+        f.get_u32(&format!("{arch}.{k}"))
+            .map_or("-".to_string(), |v| v.to_string())
+    };
+    let fl = |k: &str| {
+        f.get_f32(&format!("{arch}.{k}"))
+            .map_or("-".to_string(), |v| v.to_string())
+    };
     let mut o = io::stdout().lock();
-    writeln!(o, "file:           {} ({:.1} MiB, GGUF v{})", path.display(), size as f64 / (1 << 20) as f64, f.version())?;
+    writeln!(
+        o,
+        "file:           {} ({:.1} MiB, GGUF v{})",
+        path.display(),
+        size as f64 / (1 << 20) as f64,
+        f.version()
+    )?;
     writeln!(o, "architecture:   {arch}")?;
     if let Ok(name) = f.get_str("general.name") {
         writeln!(o, "name:           {name}")?;
@@ -416,8 +470,17 @@ fn info(path: &Path) -> Result<()> {
     writeln!(o, "layers:         {}", u("block_count"))?;
     writeln!(o, "embedding:      {}", u("embedding_length"))?;
     writeln!(o, "feed-forward:   {}", u("feed_forward_length"))?;
-    writeln!(o, "heads:          {} (kv {})", u("attention.head_count"), u("attention.head_count_kv"))?;
-    let head_dim = match (f.get_u32(&format!("{arch}.attention.key_length")), f.get_u32(&format!("{arch}.embedding_length")), f.get_u32(&format!("{arch}.attention.head_count"))) {
+    writeln!(
+        o,
+        "heads:          {} (kv {})",
+        u("attention.head_count"),
+        u("attention.head_count_kv")
+    )?;
+    let head_dim = match (
+        f.get_u32(&format!("{arch}.attention.key_length")),
+        f.get_u32(&format!("{arch}.embedding_length")),
+        f.get_u32(&format!("{arch}.attention.head_count")),
+    ) {
         (Ok(k), _, _) => k.to_string(),
         (_, Ok(e), Ok(h)) if h > 0 => format!("{} (embedding / heads)", e / h),
         _ => "-".to_string(),
@@ -425,7 +488,11 @@ fn info(path: &Path) -> Result<()> {
     writeln!(o, "head dim:       {head_dim}")?;
     writeln!(o, "context:        {}", u("context_length"))?;
     writeln!(o, "rope base:      {}", fl("rope.freq_base"))?;
-    writeln!(o, "rms eps:        {}", fl("attention.layer_norm_rms_epsilon"))?;
+    writeln!(
+        o,
+        "rms eps:        {}",
+        fl("attention.layer_norm_rms_epsilon")
+    )?;
     let mut types: BTreeMap<&str, usize> = BTreeMap::new();
     let mut params = 0u64;
     for t in f.tensors() {
@@ -433,14 +500,38 @@ fn info(path: &Path) -> Result<()> {
         params += t.dims.iter().product::<u64>();
     }
     let types: Vec<String> = types.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-    writeln!(o, "tensors:        {} ({}), {:.1}M parameters", f.tensors().len(), types.join(", "), params as f64 / 1e6)?;
+    writeln!(
+        o,
+        "tensors:        {} ({}), {:.1}M parameters",
+        f.tensors().len(),
+        types.join(", "),
+        params as f64 / 1e6
+    )?;
     let tok_model = f.get_str("tokenizer.ggml.model").unwrap_or("-");
     let pre = f.get_str("tokenizer.ggml.pre").unwrap_or("-");
-    let vocab = f.get_str_array("tokenizer.ggml.tokens").map_or(0, |t| t.len());
+    let vocab = f
+        .get_str_array("tokenizer.ggml.tokens")
+        .map_or(0, |t| t.len());
     writeln!(o, "tokenizer:      {tok_model} (pre {pre}), {vocab} tokens")?;
-    writeln!(o, "chat template:  {}", if f.get_str("tokenizer.chat_template").is_ok() { "yes" } else { "no" })?;
+    writeln!(
+        o,
+        "chat template:  {}",
+        if f.get_str("tokenizer.chat_template").is_ok() {
+            "yes"
+        } else {
+            "no"
+        }
+    )?;
     let supported = kiln_host::models::SUPPORTED.contains(&arch);
-    writeln!(o, "supported:      {}", if supported { "yes" } else { "no (kiln runs llama, qwen3)" })?;
+    writeln!(
+        o,
+        "supported:      {}",
+        if supported {
+            "yes"
+        } else {
+            "no (kiln runs llama, qwen3)"
+        }
+    )?;
     Ok(())
 }
 
@@ -449,7 +540,9 @@ fn tokenize(model: &Path, ids_only: bool, bos: bool) -> Result<()> {
     let f = GgufFile::open(model)?;
     let tok = Tokenizer::from_gguf(&f)?;
     let mut text = String::new();
-    io::stdin().read_to_string(&mut text).context("reading stdin")?;
+    io::stdin()
+        .read_to_string(&mut text)
+        .context("reading stdin")?;
     let ids = tok.encode(&text, bos)?;
     let mut o = io::stdout().lock();
     if ids_only {

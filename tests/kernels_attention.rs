@@ -39,16 +39,18 @@ fn cases(
     spare: impl Strategy<Value = u32>,
     sharp: impl Strategy<Value = f32>,
 ) -> impl Strategy<Value = AttnCase> {
-    (shape, spare, sharp, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
-        kv_heads,
-        group,
-        head_dim,
-        n,
-        pos0,
-        spare,
-        sharpness,
-        seed,
-    })
+    (shape, spare, sharp, seed()).prop_map(
+        |((kv_heads, group, head_dim, n, pos0), spare, sharpness, seed)| AttnCase {
+            kv_heads,
+            group,
+            head_dim,
+            n,
+            pos0,
+            spare,
+            sharpness,
+            seed,
+        },
+    )
 }
 
 /// GQA group sizes 1–6 (1 = plain multi-head, 5 and 6 take two blocks per group), decode and
@@ -69,21 +71,32 @@ fn attn_case() -> impl Strategy<Value = AttnCase> {
 /// partials per head every policy allows, so splits of several chunks each (Spark: from 4
 /// tokens on). Histories up to 700 cross split boundaries.
 fn capped_case() -> impl Strategy<Value = AttnCase> {
-    (1..=3u32, prop::sample::select(vec![32u32, 64]), 2..=4u32, 0..700u32, seed()).prop_map(|(group, head_dim, n, pos0, seed)| AttnCase {
-        kv_heads: 1,
-        group,
-        head_dim,
-        n,
-        pos0,
-        spare: 70_000,
-        sharpness: 1.0,
-        seed,
-    })
+    (
+        1..=3u32,
+        prop::sample::select(vec![32u32, 64]),
+        2..=4u32,
+        0..700u32,
+        seed(),
+    )
+        .prop_map(|(group, head_dim, n, pos0, seed)| AttnCase {
+            kv_heads: 1,
+            group,
+            head_dim,
+            n,
+            pos0,
+            spare: 70_000,
+            sharpness: 1.0,
+            seed,
+        })
 }
 
 /// The first `rows` positions of each head of a `kv_heads × max_ctx × head_dim` cache.
 fn history<T: Copy>(cache: &[T], max_ctx: usize, rows: usize, head_dim: usize) -> Vec<T> {
-    cache.chunks(max_ctx * head_dim).flat_map(|h| &h[..rows * head_dim]).copied().collect()
+    cache
+        .chunks(max_ctx * head_dim)
+        .flat_map(|h| &h[..rows * head_dim])
+        .copied()
+        .collect()
 }
 
 /// A case's inputs on the device: queries, and the whole history stored by one `kv_store` into
@@ -117,20 +130,62 @@ fn fill(dev: &mut dyn Device, c: &AttnCase) -> Filled {
     let kb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
     let vb = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
     let threads = (total * kvh * hd) as u32;
-    let args = [ks.arg(), vs_b.arg(), kb.arg(), vb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), zero.arg(), Arg::U32(threads)];
+    let args = [
+        ks.arg(),
+        vs_b.arg(),
+        kb.arg(),
+        vb.arg(),
+        Arg::U32(c.kv_heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(max_ctx as u32),
+        zero.arg(),
+        Arg::U32(threads),
+    ];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
     let (qb, pos) = (upload(dev, &q), upload(dev, &[c.pos0]));
     let scale = c.sharpness / (hd as f32).sqrt();
-    Filled { q, k, v, qb, kb, vb, pos, heads, total, max_ctx, scale }
+    Filled {
+        q,
+        k,
+        v,
+        qb,
+        kb,
+        vb,
+        pos,
+        heads,
+        total,
+        max_ctx,
+        scale,
+    }
 }
 
 /// The float64 attention over the f16 values the cache really holds.
 fn exact(dev: &mut dyn Device, c: &AttnCase, f: &Filled) -> Vec<f64> {
     let (kvh, hd) = (c.kv_heads as usize, c.head_dim as usize);
     // References over the history only (`total` positions per head), so a huge cache costs nothing.
-    let k16 = r::f16_values(&history(&download::<u16>(dev, &f.kb), f.max_ctx, f.total, hd));
-    let v16 = r::f16_values(&history(&download::<u16>(dev, &f.vb), f.max_ctx, f.total, hd));
-    r::attention(&f.q, &k16, &v16, f.heads, kvh, hd, f.total, c.pos0 as usize, f.scale as f64)
+    let k16 = r::f16_values(&history(
+        &download::<u16>(dev, &f.kb),
+        f.max_ctx,
+        f.total,
+        hd,
+    ));
+    let v16 = r::f16_values(&history(
+        &download::<u16>(dev, &f.vb),
+        f.max_ctx,
+        f.total,
+        hd,
+    ));
+    r::attention(
+        &f.q,
+        &k16,
+        &v16,
+        f.heads,
+        kvh,
+        hd,
+        f.total,
+        c.pos0 as usize,
+        f.scale as f64,
+    )
 }
 
 fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
@@ -143,22 +198,66 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let scratch = dev.shapes().attention_scratch(h32, c.head_dim, c.n, ctx32);
     let part = poisoned::<f32>(dev, scratch, 0xff);
     let ob = poisoned::<f32>(dev, n * heads * hd, 0xff);
-    let dims = dev.shapes().attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32);
-    let args = [qb.arg(), kb.arg(), vb.arg(), part.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(ctx32), Arg::F32(scale)];
+    let dims = dev
+        .shapes()
+        .attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32);
+    let args = [
+        qb.arg(),
+        kb.arg(),
+        vb.arg(),
+        part.arg(),
+        pos.arg(),
+        Arg::U32(h32),
+        Arg::U32(c.kv_heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(ctx32),
+        Arg::F32(scale),
+    ];
     dev.launch(names::kiln_attention_chunks, dims, &args);
     let dims = dev.shapes().attention_combine(h32, c.head_dim, c.n);
     let width = n * heads * hd;
-    let (xq, xds) = (poisoned::<i8>(dev, width, 0x80), poisoned::<f32>(dev, width / 16, 0xff));
-    dev.launch(names::kiln_attention_combine, dims, &[part.arg(), ob.arg(), xq.arg(), xds.arg(), pos.arg(), Arg::U32(h32), Arg::U32(c.head_dim), Arg::U32(ctx32)]);
+    let (xq, xds) = (
+        poisoned::<i8>(dev, width, 0x80),
+        poisoned::<f32>(dev, width / 16, 0xff),
+    );
+    dev.launch(
+        names::kiln_attention_combine,
+        dims,
+        &[
+            part.arg(),
+            ob.arg(),
+            xq.arg(),
+            xds.arg(),
+            pos.arg(),
+            Arg::U32(h32),
+            Arg::U32(c.head_dim),
+            Arg::U32(ctx32),
+        ],
+    );
     let out = download::<f32>(dev, &ob);
     check_written(dev, "attention", &out)?;
     // Its Q8_1 blocks are what quantize_q8_1 makes of the output, bit for bit.
-    let (q_ref, ds_ref) = (poisoned::<i8>(dev, width, 0x80), poisoned::<f32>(dev, width / 16, 0xff));
+    let (q_ref, ds_ref) = (
+        poisoned::<i8>(dev, width, 0x80),
+        poisoned::<f32>(dev, width / 16, 0xff),
+    );
     let row = (heads * hd) as u32;
-    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(row, c.n), &[ob.arg(), q_ref.arg(), ds_ref.arg(), Arg::U32(row)]);
-    prop_assert!(download::<i8>(dev, &xq) == download::<i8>(dev, &q_ref), "{}: Q8_1 codes of the output", dev.label());
+    dev.launch(
+        names::kiln_quantize_q8_1,
+        dev.shapes().quantize_q8_1(row, c.n),
+        &[ob.arg(), q_ref.arg(), ds_ref.arg(), Arg::U32(row)],
+    );
+    prop_assert!(
+        download::<i8>(dev, &xq) == download::<i8>(dev, &q_ref),
+        "{}: Q8_1 codes of the output",
+        dev.label()
+    );
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert!(bits(download::<f32>(dev, &xds)) == bits(download::<f32>(dev, &ds_ref)), "{}: Q8_1 scales of the output", dev.label());
+    prop_assert!(
+        bits(download::<f32>(dev, &xds)) == bits(download::<f32>(dev, &ds_ref)),
+        "{}: Q8_1 scales of the output",
+        dev.label()
+    );
 
     let err = r::rel_err(&out, &exact(dev, c, &f));
     check_err(dev, "attention vs f16 cache values", err, 2e-5)?;
@@ -171,8 +270,23 @@ fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
         kf[(h * total + t) * hd + d] = kv as f64;
         vf[(h * total + t) * hd + d] = vv as f64;
     }
-    let raw = r::attention(&f.q, &kf, &vf, heads, kvh, hd, total, c.pos0 as usize, scale as f64);
-    check_err(dev, "attention vs unrounded K/V", r::rel_err(&out, &raw), 2e-3 * c.sharpness as f64)
+    let raw = r::attention(
+        &f.q,
+        &kf,
+        &vf,
+        heads,
+        kvh,
+        hd,
+        total,
+        c.pos0 as usize,
+        scale as f64,
+    );
+    check_err(
+        dev,
+        "attention vs unrounded K/V",
+        r::rel_err(&out, &raw),
+        2e-3 * c.sharpness as f64,
+    )
 }
 
 kernel_properties! {
@@ -195,18 +309,27 @@ fn gpu_attention_capped_splits() {
 /// second per case.
 #[test]
 fn gpu_attention_long_context() {
-    let shape = (1..=4u32, 1..=8u32, prop::sample::select(vec![64u32, 96, 128, 256]), 1..=8u32, 0..4096u32);
+    let shape = (
+        1..=4u32,
+        1..=8u32,
+        prop::sample::select(vec![64u32, 96, 128, 256]),
+        1..=8u32,
+        0..4096u32,
+    );
     let spare = prop::sample::select(vec![7u32, 1000, 36_000]);
-    let case = (shape, spare, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, seed)| AttnCase {
-        kv_heads,
-        group,
-        head_dim,
-        n,
-        pos0,
-        spare,
-        sharpness: 1.0,
-        seed,
-    });
+    let case =
+        (shape, spare, seed()).prop_map(|((kv_heads, group, head_dim, n, pos0), spare, seed)| {
+            AttnCase {
+                kv_heads,
+                group,
+                head_dim,
+                n,
+                pos0,
+                spare,
+                sharpness: 1.0,
+                seed,
+            }
+        });
     common::run_gpu("gpu_attention_long_context", 32, case, attention);
 }
 
@@ -214,7 +337,13 @@ fn gpu_attention_long_context() {
 /// query tiles, rows past the end of the last) after up to 150 cached ones (K/V tiles crossing
 /// the causal diagonal at every offset), head_dim 64 and 128, groups 1–4.
 fn flash_case() -> impl Strategy<Value = AttnCase> {
-    let shape = (1..=2u32, 1..=4u32, prop::sample::select(vec![64u32, 128]), 1..=150u32, 0..150u32);
+    let shape = (
+        1..=2u32,
+        1..=4u32,
+        prop::sample::select(vec![64u32, 128]),
+        1..=150u32,
+        0..150u32,
+    );
     let spare = prop_oneof![3 => 0..3u32, 1 => 100..300u32];
     let sharp = prop::sample::select(vec![1.0f32, 4.0]);
     cases(shape, spare, sharp)
@@ -227,12 +356,33 @@ fn flash(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
     let width = c.n as usize * f.heads * c.head_dim as usize;
     let ob = poisoned::<f32>(dev, width, 0xff);
     let h32 = f.heads as u32;
-    let args = [f.qb.arg(), f.kb.arg(), f.vb.arg(), ob.arg(), f.pos.arg(), Arg::U32(c.n), Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(f.max_ctx as u32), Arg::F32(f.scale)];
-    dev.launch(names::kiln_flash_prefill, dev.shapes().flash_prefill(h32, c.head_dim, c.n), &args);
+    let args = [
+        f.qb.arg(),
+        f.kb.arg(),
+        f.vb.arg(),
+        ob.arg(),
+        f.pos.arg(),
+        Arg::U32(c.n),
+        Arg::U32(h32),
+        Arg::U32(c.kv_heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(f.max_ctx as u32),
+        Arg::F32(f.scale),
+    ];
+    dev.launch(
+        names::kiln_flash_prefill,
+        dev.shapes().flash_prefill(h32, c.head_dim, c.n),
+        &args,
+    );
     let out = download::<f32>(dev, &ob);
     check_written(dev, "flash attention", &out)?;
     let err = r::rel_err(&out, &exact(dev, c, &f));
-    check_err(dev, "flash attention vs f16 cache values", err, 2e-3 * c.sharpness as f64)
+    check_err(
+        dev,
+        "flash attention vs f16 cache values",
+        err,
+        2e-3 * c.sharpness as f64,
+    )
 }
 
 #[test]

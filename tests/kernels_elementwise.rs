@@ -24,9 +24,28 @@ struct RopeCase {
 fn rope_case() -> impl Strategy<Value = RopeCase> {
     let pos0 = prop_oneof![0..8u32, 0..5000u32];
     let theta = prop::sample::select(vec![10_000f32, 500_000.0, 1_000_000.0]);
-    (1..=3u32, 1..=4u32, head_dim(), any::<bool>(), pos0, any::<bool>(), theta, seed()).prop_map(
-        |(n, heads, head_dim, partial, pos0, neox, theta, seed)| RopeCase { n, heads, head_dim, partial, pos0, neox, theta, seed },
+    (
+        1..=3u32,
+        1..=4u32,
+        head_dim(),
+        any::<bool>(),
+        pos0,
+        any::<bool>(),
+        theta,
+        seed(),
     )
+        .prop_map(
+            |(n, heads, head_dim, partial, pos0, neox, theta, seed)| RopeCase {
+                n,
+                heads,
+                head_dim,
+                partial,
+                pos0,
+                neox,
+                theta,
+                seed,
+            },
+        )
 }
 
 fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
@@ -54,7 +73,15 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
     let out = download::<f32>(dev, &xb);
     check_written(dev, "rope", &out)?;
     // The kernel's inputs define the reference: the f32 log2(theta) it was given, exactly.
-    let want = r::rope(&x, heads, hd, rot, c.pos0 as usize, 2f64.powf(log2_base as f64), c.neox);
+    let want = r::rope(
+        &x,
+        heads,
+        hd,
+        rot,
+        c.pos0 as usize,
+        2f64.powf(log2_base as f64),
+        c.neox,
+    );
     // Angles are pos · freq in f32 (and freq is an approximate exp2 on the GPU), so the angle
     // error grows with the position: ~2^-22 relative of pos, a few 1e-4 rad at pos 5000.
     let max_pos = (c.pos0 + c.n) as f64;
@@ -62,7 +89,12 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
     // Dims past the rotary part pass through untouched, bit for bit.
     for (i, (&o, &v)) in out.iter().zip(&x).enumerate() {
         if i % hd >= rot {
-            prop_assert!(o.to_bits() == v.to_bits(), "{}: dim {} of a head changed", dev.label(), i % hd);
+            prop_assert!(
+                o.to_bits() == v.to_bits(),
+                "{}: dim {} of a head changed",
+                dev.label(),
+                i % hd
+            );
         }
     }
     Ok(())
@@ -82,19 +114,39 @@ fn swiglu(dev: &mut dyn Device, c: &FlatCase) -> Result<(), TestCaseError> {
     let mut g = Gen::new(c.seed);
     let len = c.len as usize;
     // Gates out to ±100: silu saturates (exp overflow must give -0, not NaN).
-    let gate: Vec<f32> = (0..len).map(|_| if g.chance(0.05) { g.uniform(-100.0, 100.0) } else { 4.0 * g.normal() }).collect();
+    let gate: Vec<f32> = (0..len)
+        .map(|_| {
+            if g.chance(0.05) {
+                g.uniform(-100.0, 100.0)
+            } else {
+                4.0 * g.normal()
+            }
+        })
+        .collect();
     let us = g.magnitude(-1.0, 1.0);
     let up = g.normals(len, us);
     let (gb, ub) = (upload(dev, &gate), upload(dev, &up));
     let ob = poisoned::<f32>(dev, len, 0xff);
-    dev.launch(names::kiln_swiglu, dev.shapes().flat(c.len), &[gb.arg(), ub.arg(), ob.arg(), Arg::U32(c.len)]);
+    dev.launch(
+        names::kiln_swiglu,
+        dev.shapes().flat(c.len),
+        &[gb.arg(), ub.arg(), ob.arg(), Arg::U32(c.len)],
+    );
     let out = download::<f32>(dev, &ob);
     check_written(dev, "swiglu", &out)?;
     // Relative to |g·u|, not to the result: where every gate is ≲ −88, silu underflows f32 to
     // 0 while the f64 value is ~1e-40 — a relative error of 1 that is no error at all.
     let want = r::swiglu(&gate, &up);
-    let num: f64 = out.iter().zip(&want).map(|(&o, w)| (o as f64 - w).powi(2)).sum();
-    let den: f64 = gate.iter().zip(&up).map(|(&g, &u)| (g as f64 * u as f64).powi(2)).sum();
+    let num: f64 = out
+        .iter()
+        .zip(&want)
+        .map(|(&o, w)| (o as f64 - w).powi(2))
+        .sum();
+    let den: f64 = gate
+        .iter()
+        .zip(&up)
+        .map(|(&g, &u)| (g as f64 * u as f64).powi(2))
+        .sum();
     check_err(dev, "swiglu", (num / den.max(1e-300)).sqrt(), 1e-5)
 }
 
@@ -108,11 +160,24 @@ fn add_assign(dev: &mut dyn Device, c: &FlatCase) -> Result<(), TestCaseError> {
     let mut acc_ext = acc.clone();
     acc_ext.push(1234.5);
     let (ab, xb) = (upload(dev, &acc_ext), upload(dev, &x));
-    dev.launch(names::kiln_add_assign, dev.shapes().flat(c.len), &[ab.arg(), xb.arg(), Arg::U32(c.len)]);
+    dev.launch(
+        names::kiln_add_assign,
+        dev.shapes().flat(c.len),
+        &[ab.arg(), xb.arg(), Arg::U32(c.len)],
+    );
     let out = download::<f32>(dev, &ab);
-    prop_assert!(out[len] == 1234.5, "{}: add_assign wrote past len", dev.label());
+    prop_assert!(
+        out[len] == 1234.5,
+        "{}: add_assign wrote past len",
+        dev.label()
+    );
     // One f32 rounding per element.
-    check_err(dev, "add_assign", r::rel_err(&out[..len], &r::add(&acc, &x)), 1e-6)
+    check_err(
+        dev,
+        "add_assign",
+        r::rel_err(&out[..len], &r::add(&acc, &x)),
+        1e-6,
+    )
 }
 
 /// Embedding table formats: the three split block formats and plain f16.
@@ -140,7 +205,13 @@ fn embed_case() -> impl Strategy<Value = EmbedCase> {
     ]);
     (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
         // Ids anywhere in the table, repeats allowed, the last row reachable.
-        prop::collection::vec(0..vocab, 1..=6).prop_map(move |ids| EmbedCase { table, vocab, blocks, ids, seed })
+        prop::collection::vec(0..vocab, 1..=6).prop_map(move |ids| EmbedCase {
+            table,
+            vocab,
+            blocks,
+            ids,
+            seed,
+        })
     })
 }
 
@@ -160,21 +231,47 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
     let dims = dev.shapes().flat(threads);
     let table = match c.table {
         Table::F16 => {
-            let t: Vec<u16> = g.normals(vocab * cols, 0.1).into_iter().map(|v| half::f16::from_f32(v).to_bits()).collect();
+            let t: Vec<u16> = g
+                .normals(vocab * cols, 0.1)
+                .into_iter()
+                .map(|v| half::f16::from_f32(v).to_bits())
+                .collect();
             let tb = upload(dev, &t);
-            let args = [tb.arg(), ids_b.arg(), out_b.arg(), Arg::U32(cols as u32), Arg::U32(threads)];
+            let args = [
+                tb.arg(),
+                ids_b.arg(),
+                out_b.arg(),
+                Arg::U32(cols as u32),
+                Arg::U32(threads),
+            ];
             dev.launch(names::kiln_embed_f16, dims, &args);
             r::f16_values(&t)
         }
         Table::Block(fmt) => {
             let gguf = g.gguf_blocks(fmt, vocab * cols / QK);
             let ((qs, sc), entry) = match fmt {
-                BlockFormat::Q4_0 => (split::<formats::Q4_0>(&gguf, vocab, cols), names::kiln_embed_q4_0),
-                BlockFormat::Q4_1 => (split::<formats::Q4_1>(&gguf, vocab, cols), names::kiln_embed_q4_1),
-                BlockFormat::Q8_0 => (split::<formats::Q8_0>(&gguf, vocab, cols), names::kiln_embed_q8_0),
+                BlockFormat::Q4_0 => (
+                    split::<formats::Q4_0>(&gguf, vocab, cols),
+                    names::kiln_embed_q4_0,
+                ),
+                BlockFormat::Q4_1 => (
+                    split::<formats::Q4_1>(&gguf, vocab, cols),
+                    names::kiln_embed_q4_1,
+                ),
+                BlockFormat::Q8_0 => (
+                    split::<formats::Q8_0>(&gguf, vocab, cols),
+                    names::kiln_embed_q8_0,
+                ),
             };
             let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));
-            let args = [qb.arg(), sb.arg(), ids_b.arg(), out_b.arg(), Arg::U32(cols as u32), Arg::U32(threads)];
+            let args = [
+                qb.arg(),
+                sb.arg(),
+                ids_b.arg(),
+                out_b.arg(),
+                Arg::U32(cols as u32),
+                Arg::U32(threads),
+            ];
             dev.launch(entry, dims, &args);
             r::dequantize(fmt, &gguf, vocab, cols)
         }
@@ -182,7 +279,12 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
     let out = download::<f32>(dev, &out_b);
     check_written(dev, "embed", &out)?;
     // Dequantization is exact but for Q4_1's one rounding of d·q + m.
-    check_err(dev, "embed", r::rel_err(&out, &r::embed(&table, &c.ids, cols)), 1e-6)
+    check_err(
+        dev,
+        "embed",
+        r::rel_err(&out, &r::embed(&table, &c.ids, cols)),
+        1e-6,
+    )
 }
 
 #[derive(Clone, Debug)]
@@ -196,14 +298,16 @@ struct KvCase {
 }
 
 fn kv_case() -> impl Strategy<Value = KvCase> {
-    (1..=4u32, 1..=4u32, head_dim(), 0..40u32, 0..3u32, seed()).prop_map(|(n, kv_heads, head_dim, pos0, spare, seed)| KvCase {
-        n,
-        kv_heads,
-        head_dim,
-        pos0,
-        spare,
-        seed,
-    })
+    (1..=4u32, 1..=4u32, head_dim(), 0..40u32, 0..3u32, seed()).prop_map(
+        |(n, kv_heads, head_dim, pos0, spare, seed)| KvCase {
+            n,
+            kv_heads,
+            head_dim,
+            pos0,
+            spare,
+            seed,
+        },
+    )
 }
 
 fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
@@ -211,23 +315,55 @@ fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
     let max_ctx = (c.pos0 + c.n + c.spare) as usize;
     let mut g = Gen::new(c.seed);
     // Magnitudes from f16 subnormals to past f16's range (rounds to ±inf).
-    let mut src = || -> Vec<f32> { (0..n * kvh * hd).map(|_| g.sign() * g.magnitude(-7.0, 4.9)).collect() };
+    let mut src = || -> Vec<f32> {
+        (0..n * kvh * hd)
+            .map(|_| g.sign() * g.magnitude(-7.0, 4.9))
+            .collect()
+    };
     let (k, v) = (src(), src());
     // The caches start as NaN halves with distinct payloads (K and V differ): slots outside
     // the stored positions must keep theirs, bit for bit.
-    let fresh = |tag: u16| -> Vec<u16> { (0..kvh * max_ctx * hd).map(|i| 0x7e00 | tag | (i as u16 & 0xff)).collect() };
+    let fresh = |tag: u16| -> Vec<u16> {
+        (0..kvh * max_ctx * hd)
+            .map(|i| 0x7e00 | tag | (i as u16 & 0xff))
+            .collect()
+    };
     let (mut k_cache, mut v_cache) = (fresh(0), fresh(0x100));
-    let (kb, vb, kcb, vcb) = (upload(dev, &k), upload(dev, &v), upload(dev, &k_cache), upload(dev, &v_cache));
+    let (kb, vb, kcb, vcb) = (
+        upload(dev, &k),
+        upload(dev, &v),
+        upload(dev, &k_cache),
+        upload(dev, &v_cache),
+    );
     let threads = (n * kvh * hd) as u32;
     let pos = upload(dev, &[c.pos0]); // read on the device, like every position-dependent kernel
-    let args = [kb.arg(), vb.arg(), kcb.arg(), vcb.arg(), Arg::U32(c.kv_heads), Arg::U32(c.head_dim), Arg::U32(max_ctx as u32), pos.arg(), Arg::U32(threads)];
+    let args = [
+        kb.arg(),
+        vb.arg(),
+        kcb.arg(),
+        vcb.arg(),
+        Arg::U32(c.kv_heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(max_ctx as u32),
+        pos.arg(),
+        Arg::U32(threads),
+    ];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
     r::kv_store(&mut k_cache, &k, kvh, hd, max_ctx, c.pos0 as usize);
     r::kv_store(&mut v_cache, &v, kvh, hd, max_ctx, c.pos0 as usize);
-    for (which, got, want) in [("k", download::<u16>(dev, &kcb), k_cache), ("v", download::<u16>(dev, &vcb), v_cache)] {
+    for (which, got, want) in [
+        ("k", download::<u16>(dev, &kcb), k_cache),
+        ("v", download::<u16>(dev, &vcb), v_cache),
+    ] {
         if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
             let (h, p, d) = (i / (max_ctx * hd), i / hd % max_ctx, i % hd);
-            prop_assert!(false, "{}: {which} cache[head {h}, pos {p}, dim {d}] = {:#06x}, want {:#06x}", dev.label(), got[i], want[i]);
+            prop_assert!(
+                false,
+                "{}: {which} cache[head {h}, pos {p}, dim {d}] = {:#06x}, want {:#06x}",
+                dev.label(),
+                got[i],
+                want[i]
+            );
         }
     }
     Ok(())
@@ -244,8 +380,24 @@ kernel_properties! {
 /// Long contexts and many heads: GPU only.
 #[test]
 fn gpu_rope_long_context() {
-    let case = (1..=16u32, 1..=64u32, head_dim(), any::<bool>(), 0..32768u32, any::<bool>(), seed()).prop_map(
-        |(n, heads, head_dim, partial, pos0, neox, seed)| RopeCase { n, heads, head_dim, partial, pos0, neox, theta: 1_000_000.0, seed },
-    );
+    let case = (
+        1..=16u32,
+        1..=64u32,
+        head_dim(),
+        any::<bool>(),
+        0..32768u32,
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(|(n, heads, head_dim, partial, pos0, neox, seed)| RopeCase {
+            n,
+            heads,
+            head_dim,
+            partial,
+            pos0,
+            neox,
+            theta: 1_000_000.0,
+            seed,
+        });
     common::run_gpu("gpu_rope_long_context", 32, case, rope);
 }

@@ -27,10 +27,20 @@ struct QCase {
 /// Rows around the rows-per-block of every policy (4 and 8) and arbitrary counts up to 24;
 /// block counts from one (cols = 32) past one warp's worth (a lane takes a second block).
 fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
-    let rows = prop_oneof![prop::sample::select(vec![1u32, 3, 4, 5, 7, 8, 9, 16, 17]), 1..=24u32];
+    let rows = prop_oneof![
+        prop::sample::select(vec![1u32, 3, 4, 5, 7, 8, 9, 16, 17]),
+        1..=24u32
+    ];
     let blocks = prop_oneof![Just(1u32), 1..=12u32, 30..=40u32];
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
-    (rows, blocks, 1..=2u32, wave, seed()).prop_map(move |(rows, blocks, n, wave, seed)| QCase { fmt, rows, blocks, n, wave, seed })
+    (rows, blocks, 1..=2u32, wave, seed()).prop_map(move |(rows, blocks, n, wave, seed)| QCase {
+        fmt,
+        rows,
+        blocks,
+        n,
+        wave,
+        seed,
+    })
 }
 
 /// Quantize `x` (`n × cols`) with the kernel and check every block against the Q8_1
@@ -49,7 +59,11 @@ fn quantize(
     let xq_b = poisoned::<i8>(dev, n * cols, 0x80);
     let xds_b = poisoned::<f32>(dev, n * nb * 2, 0xff);
     let dims = dev.shapes().quantize_q8_1(cols as u32, n as u32);
-    dev.launch(names::kiln_quantize_q8_1, dims, &[xb.arg(), xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
+    dev.launch(
+        names::kiln_quantize_q8_1,
+        dims,
+        &[xb.arg(), xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)],
+    );
     let (xq, xds) = (download::<i8>(dev, &xq_b), download::<f32>(dev, &xds_b));
     check_written(dev, "quantize_q8_1 scales", &xds)?;
     let label = dev.label();
@@ -59,15 +73,25 @@ fn quantize(
         let qs = &xq[blk * QK..][..QK];
         let (d_stored, s_stored) = (xds[2 * blk], xds[2 * blk + 1]);
         let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-        prop_assert!(d_stored == f16(d), "{label}: block {blk}: d = {d_stored}, want f16({d}) = {}", f16(d));
+        prop_assert!(
+            d_stored == f16(d),
+            "{label}: block {blk}: d = {d_stored}, want f16({d}) = {}",
+            f16(d)
+        );
         for (i, (&q, &v)) in qs.iter().zip(xs).enumerate() {
             let ideal = if d == 0.0 { 0.0 } else { v as f64 / d as f64 };
             // The kernel multiplies by an f32 reciprocal: a tie may go either way by an ulp.
-            prop_assert!(q != -128 && (q as f64 - ideal).abs() <= 0.5 + 1e-4, "{label}: block {blk} elem {i}: q = {q}, x/d = {ideal}");
+            prop_assert!(
+                q != -128 && (q as f64 - ideal).abs() <= 0.5 + 1e-4,
+                "{label}: block {blk} elem {i}: q = {q}, x/d = {ideal}"
+            );
         }
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
         let want_s = f16(d * sum as f32);
-        prop_assert!(s_stored == want_s, "{label}: block {blk}: s = {s_stored}, want f16(d·Σq) = {want_s}");
+        prop_assert!(
+            s_stored == want_s,
+            "{label}: block {blk}: s = {s_stored}, want f16(d·Σq) = {want_s}"
+        );
     }
     Ok((xq_b, xds_b, xq, xds))
 }
@@ -88,8 +112,22 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
     };
     let all = dev.shapes().matvec(rows as u32, n as u32);
-    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
-    let args = |y: &common::Buf, acc: u32| [qs_b.arg(), sc_b.arg(), xq_b.arg(), xds_b.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32), Arg::U32(acc)];
+    let dims = common::Dims {
+        grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
+        ..all
+    };
+    let args = |y: &common::Buf, acc: u32| {
+        [
+            qs_b.arg(),
+            sc_b.arg(),
+            xq_b.arg(),
+            xds_b.arg(),
+            y.arg(),
+            Arg::U32(rows as u32),
+            Arg::U32(cols as u32),
+            Arg::U32(acc),
+        ]
+    };
     dev.launch(entry, dims, &args(&y_b, 0));
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec output", &y)?;
@@ -98,16 +136,36 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     let acc_b = upload(dev, &residual);
     dev.launch(entry, dims, &args(&acc_b, 1));
     let summed = download::<f32>(dev, &acc_b);
-    if let Some(i) = summed.iter().zip(residual.iter().zip(&y)).position(|(s, (r, v))| s.to_bits() != (r + v).to_bits()) {
-        prop_assert!(false, "{}: acc = 1, output {i}: {} vs residual {} + {}", dev.label(), summed[i], residual[i], y[i]);
+    if let Some(i) = summed
+        .iter()
+        .zip(residual.iter().zip(&y))
+        .position(|(s, (r, v))| s.to_bits() != (r + v).to_bits())
+    {
+        prop_assert!(
+            false,
+            "{}: acc = 1, output {i}: {} vs residual {} + {}",
+            dev.label(),
+            summed[i],
+            residual[i],
+            y[i]
+        );
     }
 
     let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);
     // f32 sums over blocks that may cancel: bounded relative to the sum of |block dots|.
     let abs = r::matvec_q8_1_abs(c.fmt, &gguf, rows, cols, &xq, &xds);
-    let num: f64 = y.iter().zip(&exact).map(|(&o, w)| (o as f64 - w).powi(2)).sum();
+    let num: f64 = y
+        .iter()
+        .zip(&exact)
+        .map(|(&o, w)| (o as f64 - w).powi(2))
+        .sum();
     let den: f64 = abs.iter().map(|a| a * a).sum();
-    check_err(dev, "vs exact Q8_1 activations", (num / den.max(1e-300)).sqrt(), 1e-5)?;
+    check_err(
+        dev,
+        "vs exact Q8_1 activations",
+        (num / den.max(1e-300)).sqrt(),
+        1e-5,
+    )?;
 
     // Against the raw activations, bounded by what Q8_1 may lose, from x alone: each element
     // is off by at most d/2 (the code's rounding) + 127·|d − f16(d)|, and s = f16(d·Σq)
@@ -133,7 +191,11 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
                 let offset = r::q8_1_offset(c.fmt, blocks[row * nb + b]).abs();
                 bound += wb.iter().map(|w| w.abs()).sum::<f64>() * (d / 2.0 + 127.0 * f16_err(d));
                 bound += offset * (sum_q * f16_err(d) + f16_err(d * sum_q));
-                scale += wb.iter().zip(xb).map(|(w, &v)| (w * v as f64).abs()).sum::<f64>();
+                scale += wb
+                    .iter()
+                    .zip(xb)
+                    .map(|(w, &v)| (w * v as f64).abs())
+                    .sum::<f64>();
             }
             let bound = bound * (1.0 + 1e-3) + 1e-5 * scale;
             let (got, want) = (y[t * rows + row] as f64, raw[t * rows + row]);
@@ -159,20 +221,39 @@ fn f16_case() -> impl Strategy<Value = F16Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 4, 5, 8, 9]), 1..=24u32];
     // cols is a multiple of 8; up to 80 chunks so lanes wrap around the row.
     let chunks = prop_oneof![Just(1u32), Just(32), Just(33), 1..=80u32];
-    (rows, chunks, 1..=2u32, seed()).prop_map(|(rows, chunks, n, seed)| F16Case { rows, cols: chunks * 8, n, seed })
+    (rows, chunks, 1..=2u32, seed()).prop_map(|(rows, chunks, n, seed)| F16Case {
+        rows,
+        cols: chunks * 8,
+        n,
+        seed,
+    })
 }
 
 fn matvec_f16(dev: &mut dyn Device, c: &F16Case) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (c.rows as usize, c.cols as usize, c.n as usize);
     let mut g = Gen::new(c.seed);
     let ws = g.magnitude(-2.0, 0.0);
-    let w: Vec<u16> = g.normals(rows * cols, ws).into_iter().map(|v| half::f16::from_f32(v).to_bits()).collect();
+    let w: Vec<u16> = g
+        .normals(rows * cols, ws)
+        .into_iter()
+        .map(|v| half::f16::from_f32(v).to_bits())
+        .collect();
     let xs = g.magnitude(-2.0, 2.0);
     let x = g.normals(n * cols, xs);
     let (w_b, x_b) = (upload(dev, &w), upload(dev, &x));
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
     let dims = dev.shapes().matvec(rows as u32, n as u32);
-    dev.launch(names::kiln_matvec_f16, dims, &[w_b.arg(), x_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)]);
+    dev.launch(
+        names::kiln_matvec_f16,
+        dims,
+        &[
+            w_b.arg(),
+            x_b.arg(),
+            y_b.arg(),
+            Arg::U32(rows as u32),
+            Arg::U32(cols as u32),
+        ],
+    );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_f16 output", &y)?;
     let want = r::matvec(&r::f16_values(&w), &r::widen(&x), rows, cols, n);
@@ -193,11 +274,29 @@ struct FusedCase {
 fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
     let rows = (1..=20u32, 1..=12u32, prop_oneof![Just(0u32), 1..=12u32]);
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
-    (rows, prop_oneof![Just(1u32), 1..=12u32, 30..=36u32], 1..=2u32, wave, seed())
-        .prop_map(move |((a, b, c), blocks, n, wave, seed)| FusedCase { fmt, rows: [a, b, c], blocks, n, wave, seed })
+    (
+        rows,
+        prop_oneof![Just(1u32), 1..=12u32, 30..=36u32],
+        1..=2u32,
+        wave,
+        seed(),
+    )
+        .prop_map(move |((a, b, c), blocks, n, wave, seed)| FusedCase {
+            fmt,
+            rows: [a, b, c],
+            blocks,
+            n,
+            wave,
+            seed,
+        })
 }
 
-fn entry(fmt: BlockFormat, q4_0: &'static str, q4_1: &'static str, q8_0: &'static str) -> &'static str {
+fn entry(
+    fmt: BlockFormat,
+    q4_0: &'static str,
+    q4_1: &'static str,
+    q8_0: &'static str,
+) -> &'static str {
     match fmt {
         BlockFormat::Q4_0 => q4_0,
         BlockFormat::Q4_1 => q4_1,
@@ -222,14 +321,30 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         }
         let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
         let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
-        let (qs_b, sc_b, y_b) = (upload(dev, &qs), upload(dev, &sc), poisoned::<f32>(dev, n * rows, 0xff));
+        let (qs_b, sc_b, y_b) = (
+            upload(dev, &qs),
+            upload(dev, &sc),
+            poisoned::<f32>(dev, n * rows, 0xff),
+        );
         args.extend([qs_b.arg(), sc_b.arg(), y_b.arg(), Arg::U32(rows as u32)]);
         mats.push((gguf, qs_b, sc_b, y_b, rows));
     }
     args.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
     let all = dev.shapes().matvec_multi(&c.rows, n as u32, u32::MAX / 64);
-    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
-    dev.launch(entry(c.fmt, names::kiln_matvec3_q4_0, names::kiln_matvec3_q4_1, names::kiln_matvec3_q8_0), dims, &args);
+    let dims = common::Dims {
+        grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
+        ..all
+    };
+    dev.launch(
+        entry(
+            c.fmt,
+            names::kiln_matvec3_q4_0,
+            names::kiln_matvec3_q4_1,
+            names::kiln_matvec3_q8_0,
+        ),
+        dims,
+        &args,
+    );
     let mut exact = Vec::new();
     for (m, (gguf, _, _, y_b, rows)) in mats.iter().enumerate() {
         let y = download::<f32>(dev, y_b);
@@ -237,9 +352,18 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         let want = r::matvec_q8_1(c.fmt, gguf, *rows, cols, &xq, &xds);
         // f32 sums over blocks that may cancel: bounded relative to the sum of |block dots|.
         let abs = r::matvec_q8_1_abs(c.fmt, gguf, *rows, cols, &xq, &xds);
-        let num: f64 = y.iter().zip(&want).map(|(&o, w)| (o as f64 - w).powi(2)).sum();
+        let num: f64 = y
+            .iter()
+            .zip(&want)
+            .map(|(&o, w)| (o as f64 - w).powi(2))
+            .sum();
         let den: f64 = abs.iter().map(|a| a * a).sum();
-        check_err(dev, &format!("matvec3 matrix {m}"), (num / den.max(1e-300)).sqrt(), 1e-5)?;
+        check_err(
+            dev,
+            &format!("matvec3 matrix {m}"),
+            (num / den.max(1e-300)).sqrt(),
+            1e-5,
+        )?;
         exact.push(want);
     }
 
@@ -247,20 +371,61 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     let rows = mats[0].4;
     let up = g.gguf_blocks(c.fmt, rows * cols / QK);
     let (uq, us) = common::split_planes(c.fmt, &up, rows, cols);
-    let (uq_b, us_b, y_b) = (upload(dev, &uq), upload(dev, &us), poisoned::<f32>(dev, n * rows, 0xff));
-    let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
-    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
+    let (uq_b, us_b, y_b) = (
+        upload(dev, &uq),
+        upload(dev, &us),
+        poisoned::<f32>(dev, n * rows, 0xff),
+    );
+    let all = dev
+        .shapes()
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    let dims = common::Dims {
+        grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
+        ..all
+    };
     let (gq_b, gs_b) = (mats[0].1, mats[0].2);
-    let sargs = [gq_b.arg(), gs_b.arg(), uq_b.arg(), us_b.arg(), xq_b.arg(), xds_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
-    dev.launch(entry(c.fmt, names::kiln_matvec_swiglu_q4_0, names::kiln_matvec_swiglu_q4_1, names::kiln_matvec_swiglu_q8_0), dims, &sargs);
+    let sargs = [
+        gq_b.arg(),
+        gs_b.arg(),
+        uq_b.arg(),
+        us_b.arg(),
+        xq_b.arg(),
+        xds_b.arg(),
+        y_b.arg(),
+        Arg::U32(rows as u32),
+        Arg::U32(cols as u32),
+    ];
+    dev.launch(
+        entry(
+            c.fmt,
+            names::kiln_matvec_swiglu_q4_0,
+            names::kiln_matvec_swiglu_q4_1,
+            names::kiln_matvec_swiglu_q8_0,
+        ),
+        dims,
+        &sargs,
+    );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu output", &y)?;
     let up_exact = r::matvec_q8_1(c.fmt, &up, rows, cols, &xq, &xds);
-    let want: Vec<f64> = exact[0].iter().zip(&up_exact).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+    let want: Vec<f64> = exact[0]
+        .iter()
+        .zip(&up_exact)
+        .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
     // Relative to |g·u|, not to the result: for g ≲ −88 silu(g) underflows f32 to 0 while the
     // f64 value is ~1e-40, a relative error of 1 that is no error at all.
-    let err: f64 = y.iter().zip(&want).map(|(&o, &w)| (o as f64 - w).abs()).sum();
-    let scale: f64 = exact[0].iter().zip(&up_exact).map(|(g, u)| (g * u).abs()).sum::<f64>().max(1e-30);
+    let err: f64 = y
+        .iter()
+        .zip(&want)
+        .map(|(&o, &w)| (o as f64 - w).abs())
+        .sum();
+    let scale: f64 = exact[0]
+        .iter()
+        .zip(&up_exact)
+        .map(|(g, u)| (g * u).abs())
+        .sum::<f64>()
+        .max(1e-30);
     check_err(dev, "matvec_swiglu", err / scale, 2e-5)
 }
 
@@ -274,18 +439,49 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
     let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
     let (qs_b, sc_b, x_b) = (upload(dev, &qs), upload(dev, &sc), upload(dev, &x));
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
-    let all = dev.shapes().matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
-    let dims = common::Dims { grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)), ..all };
-    let args = [qs_b.arg(), sc_b.arg(), x_b.arg(), y_b.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32)];
-    dev.launch(entry(c.fmt, names::kiln_matvec_f32x_q4_0, names::kiln_matvec_f32x_q4_1, names::kiln_matvec_f32x_q8_0), dims, &args);
+    let all = dev
+        .shapes()
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    let dims = common::Dims {
+        grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
+        ..all
+    };
+    let args = [
+        qs_b.arg(),
+        sc_b.arg(),
+        x_b.arg(),
+        y_b.arg(),
+        Arg::U32(rows as u32),
+        Arg::U32(cols as u32),
+    ];
+    dev.launch(
+        entry(
+            c.fmt,
+            names::kiln_matvec_f32x_q4_0,
+            names::kiln_matvec_f32x_q4_1,
+            names::kiln_matvec_f32x_q8_0,
+        ),
+        dims,
+        &args,
+    );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_f32x output", &y)?;
     let w = r::dequantize(c.fmt, &gguf, rows, cols);
     let want = r::matvec(&w, &r::widen(&x), rows, cols, n);
     // f32 sums of up to 1280 products: bounded relative to Σ|w·x|, not to the (possibly
     // cancelling) result.
-    let abs = r::matvec(&w.iter().map(|v| v.abs()).collect::<Vec<_>>(), &r::widen(&x).iter().map(|v| v.abs()).collect::<Vec<_>>(), rows, cols, n);
-    let num: f64 = y.iter().zip(&want).map(|(&o, w)| (o as f64 - w).powi(2)).sum();
+    let abs = r::matvec(
+        &w.iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        &r::widen(&x).iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        rows,
+        cols,
+        n,
+    );
+    let num: f64 = y
+        .iter()
+        .zip(&want)
+        .map(|(&o, w)| (o as f64 - w).powi(2))
+        .sum();
     let den: f64 = abs.iter().map(|a| a * a).sum();
     check_err(dev, "matvec_f32x", (num / den.max(1e-300)).sqrt(), 1e-5)
 }
@@ -306,16 +502,22 @@ kernel_properties! {
 /// Model-sized shapes (thousands of rows, up to 8192 columns): GPU only.
 #[test]
 fn gpu_matvec_large() {
-    let formats = prop::sample::select(vec![BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0]);
+    let formats = prop::sample::select(vec![
+        BlockFormat::Q4_0,
+        BlockFormat::Q4_1,
+        BlockFormat::Q8_0,
+    ]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
-    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed()).prop_map(|(fmt, rows, blocks, n, wave, seed)| QCase {
-        fmt,
-        rows,
-        blocks,
-        n,
-        wave,
-        seed,
-    });
+    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed()).prop_map(
+        |(fmt, rows, blocks, n, wave, seed)| QCase {
+            fmt,
+            rows,
+            blocks,
+            n,
+            wave,
+            seed,
+        },
+    );
     common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);
 }
 
@@ -340,7 +542,12 @@ fn reference_dequant_matches_gguf_block_types() {
             let got = r::dequantize_block(fmt, block);
             for i in 0..QK {
                 // The block types round d·q + m to f32 once; the reference is exact.
-                assert!((got[i] - want[i]).abs() <= 1e-6 * want[i].abs().max(1e-3), "{fmt:?} elem {i}: {} vs {}", got[i], want[i]);
+                assert!(
+                    (got[i] - want[i]).abs() <= 1e-6 * want[i].abs().max(1e-3),
+                    "{fmt:?} elem {i}: {} vs {}",
+                    got[i],
+                    want[i]
+                );
             }
         }
     }

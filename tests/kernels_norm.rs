@@ -17,14 +17,29 @@ struct RowCase {
 }
 
 fn row_case() -> impl Strategy<Value = RowCase> {
-    (1..=6u32, length(700), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+    (1..=6u32, length(700), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| {
+        RowCase {
+            rows,
+            cols,
+            in_place,
+            seed,
+        }
+    })
 }
 
 /// Rows wider than one chunk per thread of the register-resident norms (more than 4096
 /// columns: several chunks each) and vocabulary-sized argmax rows (many pass-1 blocks).
 fn wide_row_case() -> impl Strategy<Value = RowCase> {
-    let cols = prop_oneof![prop::sample::select(vec![4097u32, 8192, 16384]), 4097..=16384u32];
-    (Just(1u32), cols, any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+    let cols = prop_oneof![
+        prop::sample::select(vec![4097u32, 8192, 16384]),
+        4097..=16384u32
+    ];
+    (Just(1u32), cols, any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase {
+        rows,
+        cols,
+        in_place,
+        seed,
+    })
 }
 
 /// Launch a per-row kernel whose output is `x`'s shape; returns the output.
@@ -36,7 +51,11 @@ fn run_rows(
     args: impl Fn(common::Buf, common::Buf) -> Vec<Arg>,
 ) -> Vec<f32> {
     let xb = upload(dev, x);
-    let out = if c.in_place { xb } else { poisoned::<f32>(dev, x.len(), 0xff) };
+    let out = if c.in_place {
+        xb
+    } else {
+        poisoned::<f32>(dev, x.len(), 0xff)
+    };
     let dims = dev.shapes().per_row(c.rows);
     dev.launch(entry, dims, &args(xb, out));
     download::<f32>(dev, &out)
@@ -53,9 +72,22 @@ fn rms_norm(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let w: Vec<f32> = (0..cols).map(|_| g.normal() + 0.5).collect(); // either sign
     let eps = if g.chance(0.5) { 1e-6 } else { 1e-5 };
     let wb = upload(dev, &w);
-    let out = run_rows(dev, c, &x, names::kiln_rms_norm, |xb, ob| vec![xb.arg(), wb.arg(), ob.arg(), Arg::U32(c.cols), Arg::F32(eps)]);
+    let out = run_rows(dev, c, &x, names::kiln_rms_norm, |xb, ob| {
+        vec![
+            xb.arg(),
+            wb.arg(),
+            ob.arg(),
+            Arg::U32(c.cols),
+            Arg::F32(eps),
+        ]
+    });
     check_written(dev, "rms_norm", &out)?;
-    check_err(dev, "rms_norm", r::rel_err(&out, &r::rms_norm(&x, &w, cols, eps as f64)), 1e-5)
+    check_err(
+        dev,
+        "rms_norm",
+        r::rel_err(&out, &r::rms_norm(&x, &w, cols, eps as f64)),
+        1e-5,
+    )
 }
 
 fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
@@ -68,12 +100,23 @@ fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
         let (spread, offset) = (g.magnitude(-2.0, 1.5), g.uniform(-100.0, 100.0));
         x.extend(g.normals(cols, spread).into_iter().map(|v| v + offset));
     }
-    let out = run_rows(dev, c, &x, names::kiln_softmax, |xb, ob| vec![xb.arg(), ob.arg(), Arg::U32(c.cols)]);
+    let out = run_rows(dev, c, &x, names::kiln_softmax, |xb, ob| {
+        vec![xb.arg(), ob.arg(), Arg::U32(c.cols)]
+    });
     check_written(dev, "softmax", &out)?;
-    check_err(dev, "softmax", r::rel_err(&out, &r::softmax(&x, cols)), 1e-5)?;
+    check_err(
+        dev,
+        "softmax",
+        r::rel_err(&out, &r::softmax(&x, cols)),
+        1e-5,
+    )?;
     for (row, o) in out.chunks_exact(cols).enumerate() {
         let s: f64 = o.iter().map(|&v| v as f64).sum();
-        prop_assert!((s - 1.0).abs() <= 1e-5, "{}: row {row} sums to {s}", dev.label());
+        prop_assert!(
+            (s - 1.0).abs() <= 1e-5,
+            "{}: row {row} sums to {s}",
+            dev.label()
+        );
     }
     Ok(())
 }
@@ -89,18 +132,47 @@ fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let (xb, wb) = (upload(dev, &x), upload(dev, &w));
     let (cu, eps) = (Arg::U32(cols as u32), Arg::F32(1e-6));
     let fused = poisoned::<f32>(dev, rows * cols, 0xff);
-    let (q, ds) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
+    let (q, ds) = (
+        poisoned::<i8>(dev, rows * cols, 0x80),
+        poisoned::<f32>(dev, rows * cols / 16, 0xff),
+    );
     let dims = dev.shapes().norm_q8(rows as u32, cols as u32);
-    dev.launch(names::kiln_rms_norm_q8, dims, &[xb.arg(), wb.arg(), fused.arg(), q.arg(), ds.arg(), cu, eps]);
+    dev.launch(
+        names::kiln_rms_norm_q8,
+        dims,
+        &[xb.arg(), wb.arg(), fused.arg(), q.arg(), ds.arg(), cu, eps],
+    );
     let normed = download::<f32>(dev, &fused);
     check_written(dev, "rms_norm_q8", &normed)?;
-    check_err(dev, "rms_norm_q8", r::rel_err(&normed, &r::rms_norm(&x, &w, cols, 1e-6)), 1e-5)?;
-    let (q_ref, ds_ref) = (poisoned::<i8>(dev, rows * cols, 0x80), poisoned::<f32>(dev, rows * cols / 16, 0xff));
-    dev.launch(names::kiln_quantize_q8_1, dev.shapes().quantize_q8_1(cols as u32, rows as u32), &[fused.arg(), q_ref.arg(), ds_ref.arg(), cu]);
+    check_err(
+        dev,
+        "rms_norm_q8",
+        r::rel_err(&normed, &r::rms_norm(&x, &w, cols, 1e-6)),
+        1e-5,
+    )?;
+    let (q_ref, ds_ref) = (
+        poisoned::<i8>(dev, rows * cols, 0x80),
+        poisoned::<f32>(dev, rows * cols / 16, 0xff),
+    );
+    dev.launch(
+        names::kiln_quantize_q8_1,
+        dev.shapes().quantize_q8_1(cols as u32, rows as u32),
+        &[fused.arg(), q_ref.arg(), ds_ref.arg(), cu],
+    );
     let label = dev.label();
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert_eq!(download::<i8>(dev, &q), download::<i8>(dev, &q_ref), "{}: codes", label);
-    prop_assert_eq!(bits(download::<f32>(dev, &ds)), bits(download::<f32>(dev, &ds_ref)), "{}: block scales", label);
+    prop_assert_eq!(
+        download::<i8>(dev, &q),
+        download::<i8>(dev, &q_ref),
+        "{}: codes",
+        label
+    );
+    prop_assert_eq!(
+        bits(download::<f32>(dev, &ds)),
+        bits(download::<f32>(dev, &ds_ref)),
+        "{}: block scales",
+        label
+    );
     Ok(())
 }
 
@@ -109,10 +181,13 @@ fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
 fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let (rows, cols) = (c.rows as usize, c.cols as usize);
     let mut g = Gen::new(c.seed);
-    let mut x: Vec<f32> = (0..rows * cols).map(|_| (g.normal() * 4.0).round()).collect(); // many ties
+    let mut x: Vec<f32> = (0..rows * cols)
+        .map(|_| (g.normal() * 4.0).round())
+        .collect(); // many ties
     for v in x.iter_mut() {
         if g.chance(0.05) {
-            *v = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY][(g.normal().abs() * 10.0) as usize % 3];
+            *v = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY]
+                [(g.normal().abs() * 10.0) as usize % 3];
         }
     }
     if g.chance(0.2) {
@@ -120,12 +195,29 @@ fn argmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     }
     let xb = upload(dev, &x);
     let (cu, parts) = (cols as u32, dev.shapes().argmax_parts(cols as u32));
-    let (part, out) = (poisoned::<u32>(dev, 2 * rows * parts as usize, 0xff), poisoned::<u32>(dev, rows, 0xff));
-    dev.launch(names::kiln_argmax_blocks, dev.shapes().argmax_blocks(rows as u32, cu), &[xb.arg(), part.arg(), Arg::U32(cu)]);
-    dev.launch(names::kiln_argmax_merge, dev.shapes().argmax_merge(rows as u32), &[part.arg(), out.arg(), Arg::U32(parts)]);
+    let (part, out) = (
+        poisoned::<u32>(dev, 2 * rows * parts as usize, 0xff),
+        poisoned::<u32>(dev, rows, 0xff),
+    );
+    dev.launch(
+        names::kiln_argmax_blocks,
+        dev.shapes().argmax_blocks(rows as u32, cu),
+        &[xb.arg(), part.arg(), Arg::U32(cu)],
+    );
+    dev.launch(
+        names::kiln_argmax_merge,
+        dev.shapes().argmax_merge(rows as u32),
+        &[part.arg(), out.arg(), Arg::U32(parts)],
+    );
     let got = download::<u32>(dev, &out);
     for (r, row) in x.chunks(cols).enumerate() {
-        let want = row.iter().enumerate().fold((0u32, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i as u32, v) } else { b }).0;
+        let want = row
+            .iter()
+            .enumerate()
+            .fold((0u32, f32::NEG_INFINITY), |b, (i, &v)| {
+                if v > b.1 { (i as u32, v) } else { b }
+            })
+            .0;
         prop_assert_eq!(got[r], want, "{}: row {}", dev.label(), r);
     }
     Ok(())
@@ -144,31 +236,95 @@ struct NormRopeCase {
 
 fn norm_rope_case() -> impl Strategy<Value = NormRopeCase> {
     let head_dim = prop::sample::select(vec![2u32, 8, 64, 128, 256, 6]);
-    (1..=3u32, 1..=4u32, head_dim, any::<bool>(), any::<bool>(), 0..5000u32, seed())
-        .prop_map(|(n, heads, head_dim, partial, neox, pos0, seed)| NormRopeCase { n, heads, head_dim, partial: partial && head_dim % 4 == 0, neox, pos0, seed })
+    (
+        1..=3u32,
+        1..=4u32,
+        head_dim,
+        any::<bool>(),
+        any::<bool>(),
+        0..5000u32,
+        seed(),
+    )
+        .prop_map(
+            |(n, heads, head_dim, partial, neox, pos0, seed)| NormRopeCase {
+                n,
+                heads,
+                head_dim,
+                partial: partial && head_dim % 4 == 0,
+                neox,
+                pos0,
+                seed,
+            },
+        )
 }
 
 /// `rms_norm_rope` equals `rms_norm` (per head) then `rope`, bit for bit.
 fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseError> {
     let (rows, hd) = ((c.n * c.heads) as usize, c.head_dim as usize);
-    let rot = if c.partial { c.head_dim / 2 } else { c.head_dim };
+    let rot = if c.partial {
+        c.head_dim / 2
+    } else {
+        c.head_dim
+    };
     let mut g = Gen::new(c.seed);
     let x = g.activations(rows, hd);
     let w: Vec<f32> = (0..hd).map(|_| g.normal() + 0.5).collect();
     let (xb, wb, pos) = (upload(dev, &x), upload(dev, &w), upload(dev, &[c.pos0]));
-    let (eps, log2_base, neox) = (Arg::F32(1e-6), Arg::F32(1e6f32.log2()), Arg::U32(c.neox as u32));
+    let (eps, log2_base, neox) = (
+        Arg::F32(1e-6),
+        Arg::F32(1e6f32.log2()),
+        Arg::U32(c.neox as u32),
+    );
     let two = poisoned::<f32>(dev, rows * hd, 0xff);
-    dev.launch(names::kiln_rms_norm, dev.shapes().per_row(rows as u32), &[xb.arg(), wb.arg(), two.arg(), Arg::U32(c.head_dim), eps]);
+    dev.launch(
+        names::kiln_rms_norm,
+        dev.shapes().per_row(rows as u32),
+        &[xb.arg(), wb.arg(), two.arg(), Arg::U32(c.head_dim), eps],
+    );
     let threads = (rows as u32) * rot / 2;
-    let rope_args = [two.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot), pos.arg(), log2_base, neox, Arg::U32(threads)];
+    let rope_args = [
+        two.arg(),
+        Arg::U32(c.heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(rot),
+        pos.arg(),
+        log2_base,
+        neox,
+        Arg::U32(threads),
+    ];
     dev.launch(names::kiln_rope, dev.shapes().flat(threads), &rope_args);
     let one = poisoned::<f32>(dev, rows * hd, 0xff);
-    let args = [xb.arg(), wb.arg(), one.arg(), Arg::U32(c.heads), Arg::U32(c.head_dim), Arg::U32(rot), pos.arg(), log2_base, neox, eps];
-    dev.launch(names::kiln_rms_norm_rope, dev.shapes().per_row(rows as u32), &args);
+    let args = [
+        xb.arg(),
+        wb.arg(),
+        one.arg(),
+        Arg::U32(c.heads),
+        Arg::U32(c.head_dim),
+        Arg::U32(rot),
+        pos.arg(),
+        log2_base,
+        neox,
+        eps,
+    ];
+    dev.launch(
+        names::kiln_rms_norm_rope,
+        dev.shapes().per_row(rows as u32),
+        &args,
+    );
     let (a, b) = (download::<f32>(dev, &one), download::<f32>(dev, &two));
     check_written(dev, "rms_norm_rope", &a)?;
-    if let Some(i) = a.iter().zip(&b).position(|(p, q)| p.to_bits() != q.to_bits()) {
-        prop_assert!(false, "{}: element {i}: fused {} vs rms_norm+rope {}", dev.label(), a[i], b[i]);
+    if let Some(i) = a
+        .iter()
+        .zip(&b)
+        .position(|(p, q)| p.to_bits() != q.to_bits())
+    {
+        prop_assert!(
+            false,
+            "{}: element {i}: fused {} vs rms_norm+rope {}",
+            dev.label(),
+            a[i],
+            b[i]
+        );
     }
     Ok(())
 }
@@ -188,19 +344,30 @@ struct RopeStoreCase {
 
 fn rope_store_case() -> impl Strategy<Value = RopeStoreCase> {
     let head_dim = prop::sample::select(vec![2u32, 8, 64, 128, 256, 6]);
-    (1..=3u32, 1..=3u32, 1..=4u32, head_dim, any::<bool>(), any::<bool>(), any::<bool>(), 0..300u32, seed()).prop_map(
-        |(n, kv_heads, group, head_dim, partial, neox, norm, pos0, seed)| RopeStoreCase {
-            n,
-            kv_heads,
-            group,
-            head_dim,
-            partial: partial && head_dim % 4 == 0,
-            neox,
-            norm,
-            pos0,
-            seed,
-        },
+    (
+        1..=3u32,
+        1..=3u32,
+        1..=4u32,
+        head_dim,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        0..300u32,
+        seed(),
     )
+        .prop_map(
+            |(n, kv_heads, group, head_dim, partial, neox, norm, pos0, seed)| RopeStoreCase {
+                n,
+                kv_heads,
+                group,
+                head_dim,
+                partial: partial && head_dim % 4 == 0,
+                neox,
+                norm,
+                pos0,
+                seed,
+            },
+        )
 }
 
 /// `rope_store` writes, bit for bit, what `rms_norm_rope` (or `rope` without QK-norm) of q and
@@ -208,25 +375,78 @@ fn rope_store_case() -> impl Strategy<Value = RopeStoreCase> {
 fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseError> {
     let (n, kvh, hd) = (c.n as usize, c.kv_heads as usize, c.head_dim as usize);
     let heads = kvh * c.group as usize;
-    let (max_ctx, rot) = (c.pos0 as usize + n + 3, if c.partial { c.head_dim / 2 } else { c.head_dim });
+    let (max_ctx, rot) = (
+        c.pos0 as usize + n + 3,
+        if c.partial {
+            c.head_dim / 2
+        } else {
+            c.head_dim
+        },
+    );
     let mut g = Gen::new(c.seed);
-    let (q, k, v) = (g.activations(n * heads, hd), g.activations(n * kvh, hd), g.activations(n * kvh, hd));
-    let (qn, kn): (Vec<f32>, Vec<f32>) = ((0..hd).map(|_| g.normal() + 0.5).collect(), (0..hd).map(|_| g.normal() + 0.5).collect());
-    let (qb, kb, vb, qnb, knb, pos) = (upload(dev, &q), upload(dev, &k), upload(dev, &v), upload(dev, &qn), upload(dev, &kn), upload(dev, &[c.pos0]));
-    let (eps, log2_base, neox) = (Arg::F32(1e-6), Arg::F32(1e6f32.log2()), Arg::U32(c.neox as u32));
-    let (hd32, rot32, ctx32) = (Arg::U32(c.head_dim), Arg::U32(rot), Arg::U32(max_ctx as u32));
+    let (q, k, v) = (
+        g.activations(n * heads, hd),
+        g.activations(n * kvh, hd),
+        g.activations(n * kvh, hd),
+    );
+    let (qn, kn): (Vec<f32>, Vec<f32>) = (
+        (0..hd).map(|_| g.normal() + 0.5).collect(),
+        (0..hd).map(|_| g.normal() + 0.5).collect(),
+    );
+    let (qb, kb, vb, qnb, knb, pos) = (
+        upload(dev, &q),
+        upload(dev, &k),
+        upload(dev, &v),
+        upload(dev, &qn),
+        upload(dev, &kn),
+        upload(dev, &[c.pos0]),
+    );
+    let (eps, log2_base, neox) = (
+        Arg::F32(1e-6),
+        Arg::F32(1e6f32.log2()),
+        Arg::U32(c.neox as u32),
+    );
+    let (hd32, rot32, ctx32) = (
+        Arg::U32(c.head_dim),
+        Arg::U32(rot),
+        Arg::U32(max_ctx as u32),
+    );
     // Reference: the separate kernels.
     let positioned = |dev: &mut dyn Device, x: &[f32], w: common::Buf, hs: usize| {
         let rows = x.len() / hd;
         if c.norm {
             let (xb, out) = (upload(dev, x), poisoned::<f32>(dev, x.len(), 0xff));
-            let args = [xb.arg(), w.arg(), out.arg(), Arg::U32(hs as u32), hd32, rot32, pos.arg(), log2_base, neox, eps];
-            dev.launch(names::kiln_rms_norm_rope, dev.shapes().per_row(rows as u32), &args);
+            let args = [
+                xb.arg(),
+                w.arg(),
+                out.arg(),
+                Arg::U32(hs as u32),
+                hd32,
+                rot32,
+                pos.arg(),
+                log2_base,
+                neox,
+                eps,
+            ];
+            dev.launch(
+                names::kiln_rms_norm_rope,
+                dev.shapes().per_row(rows as u32),
+                &args,
+            );
             out
         } else {
             let out = upload(dev, x);
             let threads = rows as u32 * rot / 2;
-            let args = [out.arg(), Arg::U32(hs as u32), hd32, rot32, pos.arg(), log2_base, neox, Arg::U32(threads)];
+            let args = [
+                out.arg(),
+                Arg::U32(hs as u32),
+                hd32,
+                rot32,
+                pos.arg(),
+                log2_base,
+                neox,
+                Arg::U32(threads),
+            ];
             dev.launch(names::kiln_rope, dev.shapes().flat(threads), &args);
             out
         }
@@ -234,22 +454,71 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
     let q_ref = positioned(dev, &q, qnb, heads);
     let k_ref = positioned(dev, &k, knb, kvh);
     let cache_len = kvh * max_ctx * hd;
-    let (kc_ref, vc_ref) = (poisoned::<u16>(dev, cache_len, 0xff), poisoned::<u16>(dev, cache_len, 0xff));
+    let (kc_ref, vc_ref) = (
+        poisoned::<u16>(dev, cache_len, 0xff),
+        poisoned::<u16>(dev, cache_len, 0xff),
+    );
     let threads = (n * kvh * hd) as u32;
-    let args = [k_ref.arg(), vb.arg(), kc_ref.arg(), vc_ref.arg(), Arg::U32(c.kv_heads), hd32, ctx32, pos.arg(), Arg::U32(threads)];
+    let args = [
+        k_ref.arg(),
+        vb.arg(),
+        kc_ref.arg(),
+        vc_ref.arg(),
+        Arg::U32(c.kv_heads),
+        hd32,
+        ctx32,
+        pos.arg(),
+        Arg::U32(threads),
+    ];
     dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
     // The fused launch.
-    let (q_out, kc, vc) = (poisoned::<f32>(dev, n * heads * hd, 0xff), poisoned::<u16>(dev, cache_len, 0xff), poisoned::<u16>(dev, cache_len, 0xff));
+    let (q_out, kc, vc) = (
+        poisoned::<f32>(dev, n * heads * hd, 0xff),
+        poisoned::<u16>(dev, cache_len, 0xff),
+        poisoned::<u16>(dev, cache_len, 0xff),
+    );
     let args = [
-        qb.arg(), kb.arg(), vb.arg(), qnb.arg(), knb.arg(), q_out.arg(), kc.arg(), vc.arg(),
-        Arg::U32(heads as u32), Arg::U32(c.kv_heads), hd32, rot32, ctx32, pos.arg(), log2_base, neox, Arg::U32(c.norm as u32), eps,
+        qb.arg(),
+        kb.arg(),
+        vb.arg(),
+        qnb.arg(),
+        knb.arg(),
+        q_out.arg(),
+        kc.arg(),
+        vc.arg(),
+        Arg::U32(heads as u32),
+        Arg::U32(c.kv_heads),
+        hd32,
+        rot32,
+        ctx32,
+        pos.arg(),
+        log2_base,
+        neox,
+        Arg::U32(c.norm as u32),
+        eps,
     ];
-    dev.launch(names::kiln_rope_store, dev.shapes().rope_store(heads as u32, c.kv_heads, c.n), &args);
+    dev.launch(
+        names::kiln_rope_store,
+        dev.shapes().rope_store(heads as u32, c.kv_heads, c.n),
+        &args,
+    );
     let label = dev.label();
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert!(bits(download::<f32>(dev, &q_out)) == bits(download::<f32>(dev, &q_ref)), "{}: queries differ", label);
-    prop_assert!(download::<u16>(dev, &kc) == download::<u16>(dev, &kc_ref), "{}: key cache differs", label);
-    prop_assert!(download::<u16>(dev, &vc) == download::<u16>(dev, &vc_ref), "{}: value cache differs", label);
+    prop_assert!(
+        bits(download::<f32>(dev, &q_out)) == bits(download::<f32>(dev, &q_ref)),
+        "{}: queries differ",
+        label
+    );
+    prop_assert!(
+        download::<u16>(dev, &kc) == download::<u16>(dev, &kc_ref),
+        "{}: key cache differs",
+        label
+    );
+    prop_assert!(
+        download::<u16>(dev, &vc) == download::<u16>(dev, &vc_ref),
+        "{}: value cache differs",
+        label
+    );
     Ok(())
 }
 
@@ -272,11 +541,33 @@ fn host_norm_q8_wide_rows() {
 #[test]
 fn gpu_norm_large() {
     let case = || {
-        (1..=64u32, length(16384), any::<bool>(), seed()).prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed })
+        (1..=64u32, length(16384), any::<bool>(), seed()).prop_map(
+            |(rows, cols, in_place, seed)| RowCase {
+                rows,
+                cols,
+                in_place,
+                seed,
+            },
+        )
     };
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
     common::run_gpu("gpu_norm_large", 32, case(), softmax);
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm_q8);
-    let vocab = (1..=4u32, prop_oneof![Just(151_936u32), 1..=262_144u32], any::<bool>(), seed());
-    common::run_gpu("gpu_norm_large", 16, vocab.prop_map(|(rows, cols, in_place, seed)| RowCase { rows, cols, in_place, seed }), argmax);
+    let vocab = (
+        1..=4u32,
+        prop_oneof![Just(151_936u32), 1..=262_144u32],
+        any::<bool>(),
+        seed(),
+    );
+    common::run_gpu(
+        "gpu_norm_large",
+        16,
+        vocab.prop_map(|(rows, cols, in_place, seed)| RowCase {
+            rows,
+            cols,
+            in_place,
+            seed,
+        }),
+        argmax,
+    );
 }

@@ -96,8 +96,10 @@ impl<B: Backend + 'static> Engine<B> {
         let bar = if size >= PROGRESS_MIN_BYTES {
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
-                indicatif::ProgressStyle::with_template("loading {bar:40} {pos}/{len} blocks {elapsed}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(
+                    "loading {bar:40} {pos}/{len} blocks {elapsed}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             Some(bar)
         } else {
@@ -117,7 +119,16 @@ impl<B: Backend + 'static> Engine<B> {
         let template = ChatTemplate::from_gguf(&file).context("loading the chat template")?;
         let train = model.config().n_ctx_train.max(1);
         let max_ctx = max_ctx.unwrap_or(train).clamp(1, train);
-        Ok(Engine { backend, file, model, tokenizer, template, max_ctx, cache: None, cached: Vec::new() })
+        Ok(Engine {
+            backend,
+            file,
+            model,
+            tokenizer,
+            template,
+            max_ctx,
+            cache: None,
+            cached: Vec::new(),
+        })
     }
 
     /// Forgets the KV cache contents (the next prompt is prefilled in full).
@@ -147,7 +158,6 @@ impl<B: Backend + 'static> Engine<B> {
         Ok(())
     }
 
-
     /// Generates a continuation of `prompt`, calling `on_text` with each new piece of text as soon
     /// as it is final (stop strings are held back until they can no longer match).
     pub fn generate(
@@ -161,15 +171,29 @@ impl<B: Backend + 'static> Engine<B> {
         self.ensure_cache(want.max(prompt.len()))?;
 
         // Reuse the cached prefix; always run at least one token to get fresh logits.
-        let mut reuse = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let mut reuse = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
         reuse = reuse.min(prompt.len() - 1);
         self.cached.truncate(reuse);
 
-        let mut timings = Timings { prompt_tokens: prompt.len(), ..Timings::default() };
+        let mut timings = Timings {
+            prompt_tokens: prompt.len(),
+            ..Timings::default()
+        };
         let start = Instant::now();
         let mut logits = None;
         for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
-            logits = Some(forward(&*self.model, &self.backend, &mut self.cache, chunk, self.cached.len())?);
+            logits = Some(forward(
+                &*self.model,
+                &self.backend,
+                &mut self.cache,
+                chunk,
+                self.cached.len(),
+            )?);
             self.cached.extend_from_slice(chunk);
         }
         let mut logits = logits.context("nothing to prefill")?;
@@ -180,7 +204,12 @@ impl<B: Backend + 'static> Engine<B> {
         let tokenizer = &self.tokenizer;
         let mut decoder = StreamDecoder::new(tokenizer);
         let mut history: Vec<u32> = prompt.to_vec();
-        let mut out = Generation { tokens: Vec::new(), text: String::new(), stop: StopReason::MaxTokens, timings };
+        let mut out = Generation {
+            tokens: Vec::new(),
+            text: String::new(),
+            stop: StopReason::MaxTokens,
+            timings,
+        };
         let mut decode_time = Duration::ZERO;
         // A decode step lasts from its forward pass to its token on the host: a device may run
         // the step asynchronously, so the forward call alone can return long before the work ends.
@@ -258,5 +287,7 @@ fn forward<B: Backend>(
     pos: usize,
 ) -> Result<B::Tensor> {
     let (cache, _) = cache.as_mut().context("KV cache not allocated")?;
-    backend.step(cache, tokens, pos, &mut |b, c| model.forward(b, c, tokens, pos, Logits::Last))
+    backend.step(cache, tokens, pos, &mut |b, c| {
+        model.forward(b, c, tokens, pos, Logits::Last)
+    })
 }

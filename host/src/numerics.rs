@@ -77,8 +77,14 @@ impl Numerics {
 
     /// RoPE's frequencies `base^(-2i/rot_dim)` for `rot_dim/2` pairs.
     pub fn rope_freqs(self, base: f32, rot_dim: usize) -> RopeFreqs {
-        let inv_freq = (0..rot_dim / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rot_dim as f64)).collect();
-        RopeFreqs { numerics: self, inv_freq, step: base.powf(-2.0 / rot_dim as f32) }
+        let inv_freq = (0..rot_dim / 2)
+            .map(|i| (base as f64).powf(-2.0 * i as f64 / rot_dim as f64))
+            .collect();
+        RopeFreqs {
+            numerics: self,
+            inv_freq,
+            step: base.powf(-2.0 / rot_dim as f32),
+        }
     }
 
     /// The pair `(x0, x1)` rotated by the angle of `(c, s)`. GCC contracts the first product of
@@ -166,7 +172,9 @@ fn ggml_expf_in(x: f32) -> f32 {
     let n = x.mul_add(k(0x3fb8_aa3b), ROUND_SHIFT) - ROUND_SHIFT; // round(x · log2 e)
     let b = (-n).mul_add(k(0x35bf_be8e), (-n).mul_add(k(0x3f31_7200), x));
     let u = b * b;
-    let hi = k(0x3c07_2010).mul_add(b, k(0x3d2b_9f17)).mul_add(u, k(0x3e2a_af33).mul_add(b, k(0x3eff_fedb)));
+    let hi = k(0x3c07_2010)
+        .mul_add(b, k(0x3d2b_9f17))
+        .mul_add(u, k(0x3e2a_af33).mul_add(b, k(0x3eff_fedb)));
     let j = hi.mul_add(u, k(0x3f7f_fff6).mul_add(b, 1.0));
     if n.abs() > 192.0 {
         return if n <= 0.0 { 0.0 } else { f32::INFINITY };
@@ -187,15 +195,22 @@ pub fn dot_f16_values_ggml(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let whole = n / STEP * STEP;
     let mut acc = [[0f32; LANES]; 4];
-    for (ca, cb) in a[..whole].chunks_exact(STEP).zip(b[..whole].chunks_exact(STEP)) {
+    for (ca, cb) in a[..whole]
+        .chunks_exact(STEP)
+        .zip(b[..whole].chunks_exact(STEP))
+    {
         for (j, acc) in acc.iter_mut().enumerate() {
             for (l, s) in acc.iter_mut().enumerate() {
                 *s += ca[j * LANES + l] * cb[j * LANES + l];
             }
         }
     }
-    let t: [f32; LANES] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    a[whole..n].iter().zip(&b[whole..n]).fold(sum16_ggml(t) as f64, |s, (x, y)| s + (x * y) as f64) as f32
+    let t: [f32; LANES] =
+        std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    a[whole..n]
+        .iter()
+        .zip(&b[whole..n])
+        .fold(sum16_ggml(t) as f64, |s, (x, y)| s + (x * y) as f64) as f32
 }
 
 /// The sum of 16 lanes as `_mm512_reduce_add_ps` adds them: halves folded onto each other
@@ -228,7 +243,22 @@ mod tests {
     #[test]
     fn round_half_away_edges() {
         let below_half = f32::from_bits(0.5f32.to_bits() - 1);
-        for v in [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, below_half, -below_half, 126.5, -126.5, 127.49998, 1e-30] {
+        for v in [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            -2.5,
+            below_half,
+            -below_half,
+            126.5,
+            -126.5,
+            127.49998,
+            1e-30,
+        ] {
             assert_eq!(round_half_away(v), v.round() as i32, "{v}");
         }
         assert_eq!(round_half_away(f32::NAN), 0);
@@ -237,15 +267,26 @@ mod tests {
     #[test]
     fn q8_codes_differ_only_at_ties_and_scale() {
         // Ties: kiln away from zero, llama.cpp's AVX quantizer to even.
-        assert_eq!((Numerics::Kiln.q8_code(2.5), Numerics::Llama.q8_code(2.5)), (3, 2));
-        assert_eq!((Numerics::Kiln.q8_code(-3.5), Numerics::Llama.q8_code(-3.5)), (-4, -4));
+        assert_eq!(
+            (Numerics::Kiln.q8_code(2.5), Numerics::Llama.q8_code(2.5)),
+            (3, 2)
+        );
+        assert_eq!(
+            (Numerics::Kiln.q8_code(-3.5), Numerics::Llama.q8_code(-3.5)),
+            (-4, -4)
+        );
         assert_eq!(Numerics::Llama.q8_code(1000.0), 127);
         for n in BOTH {
             assert_eq!(n.q8_inv_scale(0.0), 0.0);
         }
         // 1/(amax/127) and 127/amax: two roundings against one, at most an ulp or two apart.
         let amax = 0.3f32;
-        assert!(ulps(Numerics::Kiln.q8_inv_scale(amax), Numerics::Llama.q8_inv_scale(amax)) <= 2);
+        assert!(
+            ulps(
+                Numerics::Kiln.q8_inv_scale(amax),
+                Numerics::Llama.q8_inv_scale(amax)
+            ) <= 2
+        );
     }
 
     #[test]

@@ -47,12 +47,16 @@ pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
 /// Dequantize a `rows × cols` matrix of GGUF blocks (`cols % 32 == 0`).
 pub fn dequantize(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> Vec<f64> {
     assert!(cols % QK == 0 && gguf.len() == rows * cols / QK * fmt.block_bytes());
-    gguf.chunks_exact(fmt.block_bytes()).flat_map(|b| dequantize_block(fmt, b)).collect()
+    gguf.chunks_exact(fmt.block_bytes())
+        .flat_map(|b| dequantize_block(fmt, b))
+        .collect()
 }
 
 /// f16 bits to f64 (exact).
 pub fn f16_values(bits: &[u16]) -> Vec<f64> {
-    bits.iter().map(|&b| half::f16::from_bits(b).to_f64()).collect()
+    bits.iter()
+        .map(|&b| half::f16::from_bits(b).to_f64())
+        .collect()
 }
 
 pub fn widen(x: &[f32]) -> Vec<f64> {
@@ -63,7 +67,10 @@ pub fn widen(x: &[f32]) -> Vec<f64> {
 /// the `(d, s)` pairs per block as the quantize kernel writes them, `s ≈ d·Σq`).
 pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
     assert_eq!(xq.len(), xds.len() / 2 * QK);
-    xq.iter().enumerate().map(|(i, &q)| xds[2 * (i / QK)] as f64 * q as f64).collect()
+    xq.iter()
+        .enumerate()
+        .map(|(i, &q)| xds[2 * (i / QK)] as f64 * q as f64)
+        .collect()
 }
 
 /// The coefficient of a weight block's constant part: every element is `a_i + c` with `a_i`
@@ -82,7 +89,14 @@ pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
 /// The integer mat-vec's definition on Q8_1 activations (codes `xq`, per-block `(d, s)` in
 /// `xds`): `y[t][r] = Σ_b d_x·Σ_i (w_i − c)·q_i + c·s`, with `c` from [`q8_1_offset`].
 /// Equal to `matvec(w, q8_activations(..))` when `s = d·Σq` exactly.
-pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32]) -> Vec<f64> {
+pub fn matvec_q8_1(
+    fmt: BlockFormat,
+    gguf: &[u8],
+    rows: usize,
+    cols: usize,
+    xq: &[i8],
+    xds: &[f32],
+) -> Vec<f64> {
     q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| dot + offset)
 }
 
@@ -90,15 +104,34 @@ pub fn matvec_q8_1(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: 
 /// order of summing blocks: `Σ_b` of the magnitudes each block rounds. Q4_0's and Q8_0's block
 /// is one product of an exact integer dot (Q4_0 folds its −8·Σx in exactly), so `|term_b|`;
 /// Q4_1's is the f32 sum of `d_w·d_x·dot` and `m·s`, which may cancel, so both by magnitude.
-pub fn matvec_q8_1_abs(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32]) -> Vec<f64> {
+pub fn matvec_q8_1_abs(
+    fmt: BlockFormat,
+    gguf: &[u8],
+    rows: usize,
+    cols: usize,
+    xq: &[i8],
+    xds: &[f32],
+) -> Vec<f64> {
     match fmt {
-        BlockFormat::Q4_1 => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| dot.abs() + offset.abs()),
-        _ => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| (dot + offset).abs()),
+        BlockFormat::Q4_1 => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
+            dot.abs() + offset.abs()
+        }),
+        _ => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
+            (dot + offset).abs()
+        }),
     }
 }
 
 /// `Σ_b f(d_x·dot_b, offset_b)` per output, the block terms of [`matvec_q8_1`] split in two.
-fn q8_1_block_sums(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: &[i8], xds: &[f32], f: fn(f64, f64) -> f64) -> Vec<f64> {
+fn q8_1_block_sums(
+    fmt: BlockFormat,
+    gguf: &[u8],
+    rows: usize,
+    cols: usize,
+    xq: &[i8],
+    xds: &[f32],
+    f: fn(f64, f64) -> f64,
+) -> Vec<f64> {
     let nb = cols / QK;
     let n = xq.len() / cols;
     assert!(cols.is_multiple_of(QK) && xq.len() == n * cols && xds.len() == 2 * n * nb);
@@ -111,7 +144,10 @@ fn q8_1_block_sums(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize, xq: 
             for b in 0..nb {
                 let wb = blocks[r * nb + b];
                 let (w, c) = (dequantize_block(fmt, wb), q8_1_offset(fmt, wb));
-                let (d, s) = (xds[2 * (t * nb + b)] as f64, xds[2 * (t * nb + b) + 1] as f64);
+                let (d, s) = (
+                    xds[2 * (t * nb + b)] as f64,
+                    xds[2 * (t * nb + b) + 1] as f64,
+                );
                 let q = &xq[(t * nb + b) * QK..][..QK];
                 let dot: f64 = w.iter().zip(q).map(|(wi, &qi)| (wi - c) * qi as f64).sum();
                 let offset = match fmt {
@@ -165,7 +201,15 @@ pub fn softmax(x: &[f32], cols: usize) -> Vec<f64> {
 /// dims of each head rotate in pairs (2i, 2i+1) (normal) or (i, i + rot_dim/2) (NeoX) by angle
 /// `pos · theta^(−2i/rot_dim)`; the remaining dims pass through.
 #[allow(clippy::too_many_arguments)]
-pub fn rope(x: &[f32], heads: usize, head_dim: usize, rot_dim: usize, pos0: usize, theta: f64, neox: bool) -> Vec<f64> {
+pub fn rope(
+    x: &[f32],
+    heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    pos0: usize,
+    theta: f64,
+    neox: bool,
+) -> Vec<f64> {
     assert!(rot_dim % 2 == 0 && rot_dim <= head_dim && x.len() % (heads * head_dim) == 0);
     let mut out = widen(x);
     let half = rot_dim / 2;
@@ -174,7 +218,11 @@ pub fn rope(x: &[f32], heads: usize, head_dim: usize, rot_dim: usize, pos0: usiz
         for i in 0..half {
             let angle = pos * theta.powf(-((2 * i) as f64) / rot_dim as f64);
             let (s, c) = angle.sin_cos();
-            let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+            let (a, b) = if neox {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
             let (va, vb) = (head[a], head[b]);
             head[a] = va * c - vb * s;
             head[b] = va * s + vb * c;
@@ -185,17 +233,29 @@ pub fn rope(x: &[f32], heads: usize, head_dim: usize, rot_dim: usize, pos0: usiz
 
 /// `silu(gate) · up`.
 pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f64> {
-    gate.iter().zip(up).map(|(&g, &u)| g as f64 / (1.0 + (-(g as f64)).exp()) * u as f64).collect()
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| g as f64 / (1.0 + (-(g as f64)).exp()) * u as f64)
+        .collect()
 }
 
 /// `acc + x`.
 pub fn add(acc: &[f32], x: &[f32]) -> Vec<f64> {
-    acc.iter().zip(x).map(|(&a, &b)| a as f64 + b as f64).collect()
+    acc.iter()
+        .zip(x)
+        .map(|(&a, &b)| a as f64 + b as f64)
+        .collect()
 }
 
 /// Rows `ids` of a `vocab × cols` table.
 pub fn embed(table: &[f64], ids: &[u32], cols: usize) -> Vec<f64> {
-    ids.iter().flat_map(|&id| table[id as usize * cols..(id as usize + 1) * cols].iter().copied()).collect()
+    ids.iter()
+        .flat_map(|&id| {
+            table[id as usize * cols..(id as usize + 1) * cols]
+                .iter()
+                .copied()
+        })
+        .collect()
 }
 
 /// f32 to f16 bits, round to nearest even (what `cvt.rn.f16.f32` does).
@@ -205,9 +265,20 @@ pub fn f16_bits(v: f32) -> u16 {
 
 /// Store `n` tokens of `src` (`n × kv_heads × head_dim`) into an f16 cache
 /// (`kv_heads × max_ctx × head_dim`) at positions `pos0..pos0 + n`; other slots untouched.
-pub fn kv_store(cache: &mut [u16], src: &[f32], kv_heads: usize, head_dim: usize, max_ctx: usize, pos0: usize) {
+pub fn kv_store(
+    cache: &mut [u16],
+    src: &[f32],
+    kv_heads: usize,
+    head_dim: usize,
+    max_ctx: usize,
+    pos0: usize,
+) {
     for (i, &v) in src.iter().enumerate() {
-        let (d, h, t) = (i % head_dim, i / head_dim % kv_heads, i / (head_dim * kv_heads));
+        let (d, h, t) = (
+            i % head_dim,
+            i / head_dim % kv_heads,
+            i / (head_dim * kv_heads),
+        );
         cache[(h * max_ctx + pos0 + t) * head_dim + d] = f16_bits(v);
     }
 }
@@ -236,7 +307,13 @@ pub fn attention(
             let qh = &q[(t * heads + h) * head_dim..][..head_dim];
             let len = pos0 + t + 1;
             let s: Vec<f64> = (0..len)
-                .map(|p| scale * qh.iter().zip(&k[(base + p) * head_dim..][..head_dim]).map(|(&a, b)| a as f64 * b).sum::<f64>())
+                .map(|p| {
+                    scale
+                        * qh.iter()
+                            .zip(&k[(base + p) * head_dim..][..head_dim])
+                            .map(|(&a, b)| a as f64 * b)
+                            .sum::<f64>()
+                })
                 .collect();
             let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();

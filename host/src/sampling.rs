@@ -86,7 +86,8 @@ impl Sampler {
     /// penalties): the caller may then take the argmax on the device and skip reading logits.
     pub fn is_plain_argmax(&self) -> bool {
         let c = &self.config;
-        let neutral = c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+        let neutral =
+            c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
         (c.temperature <= 0.0 || c.top_k == 1) && (neutral || c.repeat_last_n == 0)
     }
 

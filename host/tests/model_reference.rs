@@ -104,12 +104,27 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
         (format!("{a}.block_count"), Value::U32(s.n_layer as u32)),
         (format!("{a}.context_length"), Value::U32(64)),
         (format!("{a}.embedding_length"), Value::U32(s.n_embd as u32)),
-        (format!("{a}.feed_forward_length"), Value::U32(s.n_ff as u32)),
-        (format!("{a}.attention.head_count"), Value::U32(s.n_head as u32)),
-        (format!("{a}.attention.head_count_kv"), Value::U32(s.n_kv as u32)),
-        (format!("{a}.attention.key_length"), Value::U32(s.head_dim as u32)),
+        (
+            format!("{a}.feed_forward_length"),
+            Value::U32(s.n_ff as u32),
+        ),
+        (
+            format!("{a}.attention.head_count"),
+            Value::U32(s.n_head as u32),
+        ),
+        (
+            format!("{a}.attention.head_count_kv"),
+            Value::U32(s.n_kv as u32),
+        ),
+        (
+            format!("{a}.attention.key_length"),
+            Value::U32(s.head_dim as u32),
+        ),
         (format!("{a}.rope.freq_base"), Value::F32(BASE)),
-        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(EPS)),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(EPS),
+        ),
     ];
     for (k, v) in meta {
         w.add_metadata(k, v).unwrap();
@@ -119,14 +134,24 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
     for (name, rows, cols, norm) in &specs {
         let ty = if *norm { GgmlType::F32 } else { s.ty };
         let vals: Vec<f32> = (0..rows * cols)
-            .map(|_| if *norm { 1.0 + 0.3 * rng.next() } else { 0.2 * rng.next() })
+            .map(|_| {
+                if *norm {
+                    1.0 + 0.3 * rng.next()
+                } else {
+                    0.2 * rng.next()
+                }
+            })
             .collect();
         let mut bytes = vec![0u8; ty.bytes_for((rows * cols) as u64).unwrap() as usize];
         quant::quantize_row(ty, &vals, &mut bytes).unwrap();
         let mut deq = vec![0f32; rows * cols];
         quant::dequantize_row(ty, &bytes, &mut deq).unwrap();
         weights.insert(name.clone(), deq.iter().map(|&v| v as f64).collect());
-        let dims: Vec<u64> = if *rows == 1 { vec![*cols as u64] } else { vec![*cols as u64, *rows as u64] };
+        let dims: Vec<u64> = if *rows == 1 {
+            vec![*cols as u64]
+        } else {
+            vec![*cols as u64, *rows as u64]
+        };
         w.add_tensor(name.clone(), &dims, ty).unwrap();
         data.push(bytes);
     }
@@ -140,7 +165,9 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
 
 fn matvec(w: &[f64], x: &[f64], rows: usize) -> Vec<f64> {
     let cols = x.len();
-    (0..rows).map(|r| (0..cols).map(|c| w[r * cols + c] * x[c]).sum()).collect()
+    (0..rows)
+        .map(|r| (0..cols).map(|c| w[r * cols + c] * x[c]).sum())
+        .collect()
 }
 
 fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
@@ -148,7 +175,10 @@ fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
         .flat_map(|g| {
             let ms = g.iter().map(|v| v * v).sum::<f64>() / g.len() as f64;
             let r = 1.0 / (ms + EPS as f64).sqrt();
-            g.iter().zip(w).map(move |(v, s)| v * r * s).collect::<Vec<_>>()
+            g.iter()
+                .zip(w)
+                .map(move |(v, s)| v * r * s)
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -157,7 +187,11 @@ fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool) {
     for head in x.chunks_mut(hd) {
         for i in 0..hd / 2 {
             let theta = pos as f64 * (BASE as f64).powf(-2.0 * i as f64 / hd as f64);
-            let (a, b) = if neox { (i, i + hd / 2) } else { (2 * i, 2 * i + 1) };
+            let (a, b) = if neox {
+                (i, i + hd / 2)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * theta.cos() - x1 * theta.sin();
             head[b] = x0 * theta.sin() + x1 * theta.cos();
@@ -225,13 +259,23 @@ fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Ve
             let h = rms_norm(x, g(&b("ffn_norm")));
             let gate = matvec(g(&b("ffn_gate")), &h, s.n_ff);
             let up = matvec(g(&b("ffn_up")), &h, s.n_ff);
-            let act: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let act: Vec<f64> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
             let d = matvec(g(&b("ffn_down")), &act, s.n_embd);
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
     }
-    let out = if s.tied { "token_embd.weight" } else { "output.weight" };
-    xs.iter().map(|x| matvec(g(out), &rms_norm(x, g("output_norm.weight")), s.n_vocab)).collect()
+    let out = if s.tied {
+        "token_embd.weight"
+    } else {
+        "output.weight"
+    };
+    xs.iter()
+        .map(|x| matvec(g(out), &rms_norm(x, g("output_norm.weight")), s.n_vocab))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -241,21 +285,36 @@ const TOKENS: [u32; 9] = [3, 17, 42, 0, 9, 9, 31, 48, 5];
 fn kiln_all(model: &dyn Model<Cpu>, tokens: &[u32]) -> Vec<Vec<f32>> {
     let cpu = Cpu::new();
     let mut cache = cpu.kv_cache(&model.config().kv_spec(32)).unwrap();
-    let logits = model.forward(&cpu, &mut cache, tokens, 0, Logits::All).unwrap();
+    let logits = model
+        .forward(&cpu, &mut cache, tokens, 0, Logits::All)
+        .unwrap();
     let n = model.config().n_vocab;
-    cpu.read(&logits).unwrap().chunks(n).map(|r| r.to_vec()).collect()
+    cpu.read(&logits)
+        .unwrap()
+        .chunks(n)
+        .map(|r| r.to_vec())
+        .collect()
 }
 
 /// max |a - b| / max |b| over all positions.
 fn rel_err(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
     let scale = b.iter().flatten().fold(0f64, |m, v| m.max(v.abs()));
-    let diff = a.iter().flatten().zip(b.iter().flatten()).fold(0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
+    let diff = a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .fold(0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
     diff / scale
 }
 
 /// Normalized mean squared error: sum (a - b)^2 / sum b^2.
 fn nmse(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
-    let num: f64 = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
+    let num: f64 = a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (*x as f64 - y).powi(2))
+        .sum();
     num / b.iter().flatten().map(|y| y * y).sum::<f64>()
 }
 
@@ -267,9 +326,22 @@ fn check_against_reference(s: Synth, bound: f64, nmse_bound: f64) {
     let want = reference(&s, &weights, &TOKENS);
     assert_eq!(got.len(), want.len());
     let (err, nmse) = (rel_err(&got, &want), nmse(&got, &want));
-    eprintln!("{} {:?}: max rel err {err:.2e}, nmse {nmse:.2e}", s.arch, s.ty);
-    assert!(err < bound, "{} {:?}: rel err {err:e} >= {bound:e}", s.arch, s.ty);
-    assert!(nmse < nmse_bound, "{} {:?}: nmse {nmse:e} >= {nmse_bound:e}", s.arch, s.ty);
+    eprintln!(
+        "{} {:?}: max rel err {err:.2e}, nmse {nmse:.2e}",
+        s.arch, s.ty
+    );
+    assert!(
+        err < bound,
+        "{} {:?}: rel err {err:e} >= {bound:e}",
+        s.arch,
+        s.ty
+    );
+    assert!(
+        nmse < nmse_bound,
+        "{} {:?}: nmse {nmse:e} >= {nmse_bound:e}",
+        s.arch,
+        s.ty
+    );
 }
 
 #[test]
@@ -284,7 +356,14 @@ fn qwen3_f32_matches_f64_reference() {
 
 #[test]
 fn llama_f16_matches_f64_reference() {
-    check_against_reference(Synth { ty: GgmlType::F16, ..LLAMA }, 1e-3, 1e-8);
+    check_against_reference(
+        Synth {
+            ty: GgmlType::F16,
+            ..LLAMA
+        },
+        1e-3,
+        1e-8,
+    );
 }
 
 /// Quantized weights: the reference uses the same dequantized weights, so the remaining error
@@ -292,33 +371,78 @@ fn llama_f16_matches_f64_reference() {
 /// mat-vec), compounded over two random (so poorly conditioned) layers.
 #[test]
 fn quantized_weights_match_f64_reference_within_activation_quantization() {
-    check_against_reference(Synth { ty: GgmlType::Q8_0, ..LLAMA }, 6e-2, 1e-3);
-    check_against_reference(Synth { ty: GgmlType::Q4_1, ..LLAMA }, 6e-2, 1e-3);
-    check_against_reference(Synth { ty: GgmlType::Q4_0, ..QWEN3 }, 6e-2, 1e-3);
+    check_against_reference(
+        Synth {
+            ty: GgmlType::Q8_0,
+            ..LLAMA
+        },
+        6e-2,
+        1e-3,
+    );
+    check_against_reference(
+        Synth {
+            ty: GgmlType::Q4_1,
+            ..LLAMA
+        },
+        6e-2,
+        1e-3,
+    );
+    check_against_reference(
+        Synth {
+            ty: GgmlType::Q4_0,
+            ..QWEN3
+        },
+        6e-2,
+        1e-3,
+    );
 }
 
 /// Prefilling a prefix and decoding the rest one token at a time must give the logits that one
 /// full prefill gives at the same positions.
 #[test]
 fn prefill_then_decode_equals_full_prefill() {
-    for s in [LLAMA, QWEN3, Synth { ty: GgmlType::Q4_1, ..LLAMA }, Synth { ty: GgmlType::Q8_0, ..QWEN3 }] {
+    for s in [
+        LLAMA,
+        QWEN3,
+        Synth {
+            ty: GgmlType::Q4_1,
+            ..LLAMA
+        },
+        Synth {
+            ty: GgmlType::Q8_0,
+            ..QWEN3
+        },
+    ] {
         let (file, _) = build(&s);
         let cpu = Cpu::new();
         let model = models::load(&cpu, &file, &mut |_, _| {}).unwrap();
         let full = kiln_all(model.as_ref(), &TOKENS);
         let mut cache = cpu.kv_cache(&model.config().kv_spec(32)).unwrap();
         let split = 4;
-        let first = model.forward(&cpu, &mut cache, &TOKENS[..split], 0, Logits::Last).unwrap();
+        let first = model
+            .forward(&cpu, &mut cache, &TOKENS[..split], 0, Logits::Last)
+            .unwrap();
         let mut steps = vec![cpu.read(&first).unwrap()];
         for (i, &t) in TOKENS.iter().enumerate().skip(split) {
-            let l = model.forward(&cpu, &mut cache, &[t], i, Logits::Last).unwrap();
+            let l = model
+                .forward(&cpu, &mut cache, &[t], i, Logits::Last)
+                .unwrap();
             steps.push(cpu.read(&l).unwrap());
         }
         for (k, step) in steps.iter().enumerate() {
             let want = &full[split - 1 + k];
             let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let diff = step.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(diff <= 1e-5 * scale, "{} {:?} position {}: diff {diff}", s.arch, s.ty, split - 1 + k);
+            let diff = step
+                .iter()
+                .zip(want)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                diff <= 1e-5 * scale,
+                "{} {:?} position {}: diff {diff}",
+                s.arch,
+                s.ty,
+                split - 1 + k
+            );
         }
     }
 }
@@ -331,30 +455,56 @@ fn load_errors_name_what_is_missing() {
     for (k, v) in file.metadata() {
         w.add_metadata(k.clone(), v.clone()).unwrap();
     }
-    let keep: Vec<_> = file.tensors().iter().filter(|t| t.name != "blk.1.ffn_up.weight").collect();
+    let keep: Vec<_> = file
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "blk.1.ffn_up.weight")
+        .collect();
     for t in &keep {
         w.add_tensor(t.name.clone(), &t.dims, t.ggml_type).unwrap();
     }
     let data: Vec<&[u8]> = keep.iter().map(|t| file.tensor_data(t)).collect();
     let broken = Arc::new(GgufFile::from_bytes(w.to_vec(&data).unwrap()).unwrap());
-    let err = models::load(&Cpu::new(), &broken, &mut |_, _| {}).err().expect("load must fail");
-    assert!(format!("{err:#}").contains("blk.1.ffn_up.weight"), "{err:#}");
+    let err = models::load(&Cpu::new(), &broken, &mut |_, _| {})
+        .err()
+        .expect("load must fail");
+    assert!(
+        format!("{err:#}").contains("blk.1.ffn_up.weight"),
+        "{err:#}"
+    );
 
     let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", Value::String("mamba".into())).unwrap();
+    w.add_metadata("general.architecture", Value::String("mamba".into()))
+        .unwrap();
     let other = Arc::new(GgufFile::from_bytes(w.to_vec(&[]).unwrap()).unwrap());
-    let err = models::load(&Cpu::new(), &other, &mut |_, _| {}).err().expect("load must fail");
-    assert!(format!("{err:#}").contains("unsupported architecture \"mamba\""), "{err:#}");
+    let err = models::load(&Cpu::new(), &other, &mut |_, _| {})
+        .err()
+        .expect("load must fail");
+    assert!(
+        format!("{err:#}").contains("unsupported architecture \"mamba\""),
+        "{err:#}"
+    );
 }
 
 /// Logits of every position, decoding one token at a time on backend `b`.
-fn decode_steps<B: Backend + 'static>(b: &B, file: &Arc<GgufFile>, tokens: &[u32]) -> Vec<Vec<f32>> {
+fn decode_steps<B: Backend + 'static>(
+    b: &B,
+    file: &Arc<GgufFile>,
+    tokens: &[u32],
+) -> Vec<Vec<f32>> {
     let model = models::load(b, file, &mut |_, _| {}).unwrap();
     let mut cache = b.kv_cache(&model.config().kv_spec(32)).unwrap();
     tokens
         .iter()
         .enumerate()
-        .map(|(pos, &t)| b.read(&model.forward(b, &mut cache, &[t], pos, Logits::Last).unwrap()).unwrap())
+        .map(|(pos, &t)| {
+            b.read(
+                &model
+                    .forward(b, &mut cache, &[t], pos, Logits::Last)
+                    .unwrap(),
+            )
+            .unwrap()
+        })
         .collect()
 }
 
@@ -377,19 +527,44 @@ fn per_position_rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f64> {
 fn cuda_backend_on_host_grid_matches_cpu_backend() {
     use kiln_host::backend::cuda::Cuda;
     // The GPU attention kernel wants head_dim % 32 == 0.
-    let wide = Synth { n_embd: 128, head_dim: 32, ..LLAMA };
+    let wide = Synth {
+        n_embd: 128,
+        head_dim: 32,
+        ..LLAMA
+    };
     let cases = [
-        Synth { ty: GgmlType::Q4_1, ..wide },
-        Synth { ty: GgmlType::Q8_0, ..QWEN3 },
-        Synth { ty: GgmlType::F16, ..wide },
-        Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::F16, ..LLAMA },
+        Synth {
+            ty: GgmlType::Q4_1,
+            ..wide
+        },
+        Synth {
+            ty: GgmlType::Q8_0,
+            ..QWEN3
+        },
+        Synth {
+            ty: GgmlType::F16,
+            ..wide
+        },
+        Synth {
+            n_embd: 256,
+            n_head: 4,
+            n_kv: 2,
+            head_dim: 64,
+            ty: GgmlType::F16,
+            ..LLAMA
+        },
     ];
     for s in cases {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
         let gpu = decode_steps(&Cuda::host::<policies::Hopper>(), &file, &TOKENS);
         for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
-            assert!(rel < 1e-4, "{} {:?} position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}", s.arch, s.ty);
+            assert!(
+                rel < 1e-4,
+                "{} {:?} position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}",
+                s.arch,
+                s.ty
+            );
         }
     }
 }
@@ -400,17 +575,48 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
 #[test]
 fn f32_activations_cuda_on_host_grid_matches_cpu_backend() {
     use kiln_host::backend::cuda::Cuda;
-    let wide = Synth { n_embd: 128, head_dim: 32, ..LLAMA };
-    for s in [Synth { ty: GgmlType::Q4_1, ..wide }, Synth { ty: GgmlType::Q4_0, ..wide }, Synth { ty: GgmlType::Q8_0, ..QWEN3 }] {
+    let wide = Synth {
+        n_embd: 128,
+        head_dim: 32,
+        ..LLAMA
+    };
+    for s in [
+        Synth {
+            ty: GgmlType::Q4_1,
+            ..wide
+        },
+        Synth {
+            ty: GgmlType::Q4_0,
+            ..wide
+        },
+        Synth {
+            ty: GgmlType::Q8_0,
+            ..QWEN3
+        },
+    ] {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new().with_f32_activations(), &file, &TOKENS);
-        let gpu = decode_steps(&Cuda::host::<policies::Hopper>().with_f32_activations(), &file, &TOKENS);
+        let gpu = decode_steps(
+            &Cuda::host::<policies::Hopper>().with_f32_activations(),
+            &file,
+            &TOKENS,
+        );
         for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
-            assert!(rel < 5e-5, "{} {:?} position {pos}: f32-activation CUDA-on-host vs CPU logits rel err {rel:e}", s.arch, s.ty);
+            assert!(
+                rel < 5e-5,
+                "{} {:?} position {pos}: f32-activation CUDA-on-host vs CPU logits rel err {rel:e}",
+                s.arch,
+                s.ty
+            );
         }
         // And the mode really changes the arithmetic: Q8_1 activations give other logits.
         let q8 = decode_steps(&Cpu::new(), &file, &TOKENS);
-        assert!(per_position_rel(&cpu, &q8).iter().any(|&r| r > 1e-4), "{} {:?}: f32 and Q8_1 activations agree suspiciously well", s.arch, s.ty);
+        assert!(
+            per_position_rel(&cpu, &q8).iter().any(|&r| r > 1e-4),
+            "{} {:?}: f32 and Q8_1 activations agree suspiciously well",
+            s.arch,
+            s.ty
+        );
     }
 }
 
@@ -423,12 +629,23 @@ fn f32_activations_cuda_on_host_grid_matches_cpu_backend() {
 fn cuda_backend_ops_match_cpu_backend_in_lockstep() {
     use kiln_host::backend::cuda::Cuda;
     use kiln_host::backend::lockstep::Lockstep;
-    let s = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::Q4_1, ..LLAMA };
+    let s = Synth {
+        n_embd: 256,
+        n_head: 4,
+        n_kv: 2,
+        head_dim: 64,
+        ty: GgmlType::Q4_1,
+        ..LLAMA
+    };
     let (file, _) = build(&s);
     let lock = Lockstep::new(Cpu::new(), Cuda::host::<policies::Hopper>(), 1e-5);
     let _ = decode_steps(&lock, &file, &TOKENS);
     let report = lock.report();
-    assert!(report.mismatches.is_empty(), "ops that differ: {:#?}", report.mismatches);
+    assert!(
+        report.mismatches.is_empty(),
+        "ops that differ: {:#?}",
+        report.mismatches
+    );
     assert!(report.ops > 100, "only {} ops compared", report.ops);
 }
 
@@ -442,16 +659,38 @@ fn cuda_backend_prefill_matches_cpu_backend_in_lockstep() {
     use kiln_host::backend::cuda::Cuda;
     use kiln_host::backend::lockstep::Lockstep;
     use policies::TargetPolicy;
-    const { assert!(TOKENS.len() as u32 >= policies::Hopper::GEMM_MIN_TOKENS, "the prefill must be long enough for the GEMM") };
+    const {
+        assert!(
+            TOKENS.len() as u32 >= policies::Hopper::GEMM_MIN_TOKENS,
+            "the prefill must be long enough for the GEMM"
+        )
+    };
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let s = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty, ..LLAMA };
+        let s = Synth {
+            n_embd: 256,
+            n_head: 4,
+            n_kv: 2,
+            head_dim: 64,
+            ty,
+            ..LLAMA
+        };
         let (file, _) = build(&s);
-        let lock = Lockstep::new(Cpu::new().with_f32_activations(), Cuda::host::<policies::Hopper>(), 2e-3);
+        let lock = Lockstep::new(
+            Cpu::new().with_f32_activations(),
+            Cuda::host::<policies::Hopper>(),
+            2e-3,
+        );
         let model = models::load(&lock, &file, &mut |_, _| {}).unwrap();
         let mut cache = lock.kv_cache(&model.config().kv_spec(32)).unwrap();
-        model.forward(&lock, &mut cache, &TOKENS, 0, Logits::All).unwrap();
+        model
+            .forward(&lock, &mut cache, &TOKENS, 0, Logits::All)
+            .unwrap();
         let report = lock.report();
-        assert!(report.mismatches.is_empty(), "{ty:?}: ops that differ: {:#?}", report.mismatches);
+        assert!(
+            report.mismatches.is_empty(),
+            "{ty:?}: ops that differ: {:#?}",
+            report.mismatches
+        );
         assert!(report.ops > 20, "{ty:?}: only {} ops compared", report.ops);
     }
 }
@@ -492,14 +731,30 @@ impl Backend for Nudged {
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> anyhow::Result<Self::Tensor> {
         self.0.matmul(x, w)
     }
-    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> anyhow::Result<Self::Tensor> {
+    fn rms_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+    ) -> anyhow::Result<Self::Tensor> {
         use kiln_host::backend::Shape;
         let y = self.0.rms_norm(x, w, eps)?;
         // Non-uniform (a uniform scale cancels in the quantizer's d): ±1–3 ulp-sized changes.
-        let v: Vec<f32> = self.0.read(&y)?.iter().enumerate().map(|(i, a)| a * (1.0 + 1e-7 * ((i % 7) as f32 - 3.0))).collect();
+        let v: Vec<f32> = self
+            .0
+            .read(&y)?
+            .iter()
+            .enumerate()
+            .map(|(i, a)| a * (1.0 + 1e-7 * ((i % 7) as f32 - 3.0)))
+            .collect();
         self.0.upload(&v, Shape::rows(&y), Shape::cols(&y))
     }
-    fn rope(&self, x: &mut Self::Tensor, p: usize, r: &kiln_host::backend::Rope) -> anyhow::Result<()> {
+    fn rope(
+        &self,
+        x: &mut Self::Tensor,
+        p: usize,
+        r: &kiln_host::backend::Rope,
+    ) -> anyhow::Result<()> {
         self.0.rope(x, p, r)
     }
     fn swiglu(&self, g: &Self::Tensor, u: &Self::Tensor) -> anyhow::Result<Self::Tensor> {
@@ -527,21 +782,32 @@ impl Backend for Nudged {
 /// separates any two correct implementations (printed, and bounded loosely).
 #[test]
 fn ulp_nudge_sensitivity_of_quantized_activations() {
-    let hd64 = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ..LLAMA };
+    let hd64 = Synth {
+        n_embd: 256,
+        n_head: 4,
+        n_kv: 2,
+        head_dim: 64,
+        ..LLAMA
+    };
     for ty in [GgmlType::F16, GgmlType::Q4_1, GgmlType::Q8_0] {
         let s = Synth { ty, ..hd64 };
         let (file, _) = build(&s);
         let base = decode_steps(&Cpu::new(), &file, &TOKENS);
         let nudged = decode_steps(&Nudged(Cpu::new()), &file, &TOKENS);
         let rel = per_position_rel(&base, &nudged);
-        eprintln!("nudge {ty:?}: {:?}", rel.iter().map(|r| format!("{r:.0e}")).collect::<Vec<_>>());
+        eprintln!(
+            "nudge {ty:?}: {:?}",
+            rel.iter().map(|r| format!("{r:.0e}")).collect::<Vec<_>>()
+        );
         let worst = rel.iter().cloned().fold(0f64, f64::max);
         if ty == GgmlType::F16 {
-            assert!(worst < 1e-5, "F16: a one-ulp nudge moved logits by {worst:e}");
+            assert!(
+                worst < 1e-5,
+                "F16: a one-ulp nudge moved logits by {worst:e}"
+            );
         }
     }
 }
-
 
 /// A prefill of 24 tokens on the CUDA backend (host grid executor): long enough for the GEMM and
 /// the tensor-core attention (`kernels/flash.rs`, f16 operands), which must stay within the bounds
@@ -550,13 +816,27 @@ fn ulp_nudge_sensitivity_of_quantized_activations() {
 fn cuda_prefill_with_tensor_core_attention_matches_f64_reference() {
     use kiln_host::backend::cuda::Cuda;
     let tokens: Vec<u32> = (0..24).map(|i| (i * 7 + 3) % 50).collect();
-    let s = Synth { n_embd: 256, n_head: 4, n_kv: 2, head_dim: 64, ty: GgmlType::Q4_0, ..QWEN3 };
+    let s = Synth {
+        n_embd: 256,
+        n_head: 4,
+        n_kv: 2,
+        head_dim: 64,
+        ty: GgmlType::Q4_0,
+        ..QWEN3
+    };
     let (file, weights) = build(&s);
     let gpu = Cuda::host::<policies::Hopper>();
     let model = models::load(&gpu, &file, &mut |_, _| {}).unwrap();
     let mut cache = gpu.kv_cache(&model.config().kv_spec(32)).unwrap();
-    let logits = model.forward(&gpu, &mut cache, &tokens, 0, Logits::All).unwrap();
-    let got: Vec<Vec<f32>> = gpu.read(&logits).unwrap().chunks(s.n_vocab).map(|r| r.to_vec()).collect();
+    let logits = model
+        .forward(&gpu, &mut cache, &tokens, 0, Logits::All)
+        .unwrap();
+    let got: Vec<Vec<f32>> = gpu
+        .read(&logits)
+        .unwrap()
+        .chunks(s.n_vocab)
+        .map(|r| r.to_vec())
+        .collect();
     let want = reference(&s, &weights, &tokens);
     let (err, nmse) = (rel_err(&got, &want), nmse(&got, &want));
     eprintln!("cuda-on-host prefill, 24 tokens: max rel err {err:.2e}, nmse {nmse:.2e}");

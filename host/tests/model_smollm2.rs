@@ -15,24 +15,36 @@ use kiln_host::sampling::SamplerConfig;
 const TIE: f64 = 0.3;
 
 fn model_path() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("SKIPPED: {} not found (run scripts/fetch-model.sh)", p.display());
+        eprintln!(
+            "SKIPPED: {} not found (run scripts/fetch-model.sh)",
+            p.display()
+        );
         None
     }
 }
 
 fn greedy(n: usize) -> GenParams {
-    GenParams { max_tokens: n, sampler: SamplerConfig::greedy(), stop: vec![], ignore_eos: false }
+    GenParams {
+        max_tokens: n,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        ignore_eos: false,
+    }
 }
 
 #[test]
 fn greedy_capital_of_france_is_paris() {
     let Some(path) = model_path() else { return };
     let mut e = Engine::load(Cpu::new(), &path, Some(256)).unwrap();
-    let ids = e.tokenizer.encode("The capital of France is", false).unwrap();
+    let ids = e
+        .tokenizer
+        .encode("The capital of France is", false)
+        .unwrap();
     let mut streamed = String::new();
     let g = e
         .generate(&ids, &greedy(16), &mut |s| {
@@ -55,8 +67,15 @@ struct Case {
 }
 
 fn fixture() -> (usize, Vec<Case>) {
-    let f: serde_json::Value = serde_json::from_str(include_str!("fixtures/greedy_smollm2.json")).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+    let f: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/greedy_smollm2.json")).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
     let cases = f["cases"]
         .as_array()
         .unwrap()
@@ -65,7 +84,12 @@ fn fixture() -> (usize, Vec<Case>) {
             prompt: c["prompt"].as_str().unwrap().to_string(),
             prompt_ids: ids(&c["prompt_ids"]),
             ids: ids(&c["ids"]),
-            gaps: c["top2_gap"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect(),
+            gaps: c["top2_gap"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g.as_f64().unwrap())
+                .collect(),
         })
         .collect();
     (f["n_predict"].as_u64().unwrap() as usize, cases)
@@ -106,10 +130,16 @@ fn greedy_matches_llamacpp_token_ids() {
     let Some(path) = model_path() else { return };
     let runs = greedy_against_llamacpp(Cpu::new(), &path);
     for (prompt, same, identical, gap) in &runs {
-        assert!(*identical || *gap < TIE, "{prompt:?}: diverged at step {same} where llama.cpp's top-2 gap is {gap} (>= {TIE})");
+        assert!(
+            *identical || *gap < TIE,
+            "{prompt:?}: diverged at step {same} where llama.cpp's top-2 gap is {gap} (>= {TIE})"
+        );
     }
     let exact = runs.iter().filter(|r| r.2).count();
-    eprintln!("greedy parity: {exact}/{} prompts identical, the rest diverge only at near-ties", runs.len());
+    eprintln!(
+        "greedy parity: {exact}/{} prompts identical, the rest diverge only at near-ties",
+        runs.len()
+    );
 }
 
 /// With llama.cpp's arithmetic ([`Cpu::with_llama_numerics`]) every prompt gives llama.cpp's
@@ -119,7 +149,10 @@ fn greedy_with_llama_numerics_equals_llamacpp() {
     let Some(path) = model_path() else { return };
     let runs = greedy_against_llamacpp(Cpu::new().with_llama_numerics(), &path);
     let exact = runs.iter().filter(|r| r.2).count();
-    eprintln!("greedy parity with llama numerics: {exact}/{} prompts identical", runs.len());
+    eprintln!(
+        "greedy parity with llama numerics: {exact}/{} prompts identical",
+        runs.len()
+    );
     assert_eq!(exact, runs.len());
 }
 
@@ -134,24 +167,47 @@ fn teacher_forced_margins_match_llamacpp_gaps() {
     let Some(path) = model_path() else { return };
     let file = std::sync::Arc::new(kiln_host::gguf::GgufFile::open(&path).unwrap());
     let (_, cases) = fixture();
-    for (name, cpu) in [("kiln", Cpu::new()), ("llama", Cpu::new().with_llama_numerics())] {
+    for (name, cpu) in [
+        ("kiln", Cpu::new()),
+        ("llama", Cpu::new().with_llama_numerics()),
+    ] {
         let model = models::load(&cpu, &file, &mut |_, _| {}).unwrap();
         let (mut sum, mut worst, mut steps) = (0f64, 0f64, 0);
         for case in &cases {
             let mut cache = cpu.kv_cache(&model.config().kv_spec(512)).unwrap();
-            let mut logits = model.forward(&cpu, &mut cache, &case.prompt_ids, 0, Logits::Last).unwrap();
+            let mut logits = model
+                .forward(&cpu, &mut cache, &case.prompt_ids, 0, Logits::Last)
+                .unwrap();
             for (step, &t) in case.ids.iter().enumerate() {
                 let l = cpu.read(&logits).unwrap();
-                let other = l.iter().enumerate().filter(|&(i, _)| i != t as usize).fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
+                let other = l
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i != t as usize)
+                    .fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
                 let err = ((l[t as usize] - other) as f64 - case.gaps[step]).abs();
                 (sum, worst, steps) = (sum + err, worst.max(err), steps + 1);
-                logits = model.forward(&cpu, &mut cache, &[t], case.prompt_ids.len() + step, Logits::Last).unwrap();
+                logits = model
+                    .forward(
+                        &cpu,
+                        &mut cache,
+                        &[t],
+                        case.prompt_ids.len() + step,
+                        Logits::Last,
+                    )
+                    .unwrap();
             }
         }
-        eprintln!("{name} numerics: |margin - llama.cpp gap| mean {:.5}, max {worst:.5} over {steps} steps", sum / steps as f64);
+        eprintln!(
+            "{name} numerics: |margin - llama.cpp gap| mean {:.5}, max {worst:.5} over {steps} steps",
+            sum / steps as f64
+        );
         if name == "llama" {
             // 5e-5 from the fixture's 4 decimals, plus float noise in the subtraction.
-            assert!(worst < 6e-5, "llama numerics: a margin differs from llama.cpp's by {worst}");
+            assert!(
+                worst < 6e-5,
+                "llama numerics: a margin differs from llama.cpp's by {worst}"
+            );
         }
     }
 }

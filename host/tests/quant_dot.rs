@@ -2,11 +2,11 @@
 //! agreement, odd shapes, and shape errors.
 
 use kiln_host::gguf::GgmlType;
-use kiln_host::quant::blocks::{f16_to_f32, f32_to_f16, get_scale_min_k4};
 use kiln_host::numerics::Numerics;
+use kiln_host::quant::blocks::{f16_to_f32, f32_to_f16, get_scale_min_k4};
 use kiln_host::quant::{
-    Isa, QMatrix, activation_type, dequantize_row, matmul_many_with, matmul_swiglu_with, quantize_activations,
-    vec_dot_with,
+    Isa, QMatrix, activation_type, dequantize_row, matmul_many_with, matmul_swiglu_with,
+    quantize_activations, vec_dot_with,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -72,7 +72,9 @@ fn random_weights(rng: &mut StdRng, ty: GgmlType, n_elems: usize) -> Vec<u8> {
 
 fn random_acts(rng: &mut StdRng, n: usize) -> Vec<f32> {
     let s = 2f32.powi(rng.random_range(-6..6));
-    (0..n).map(|_| rng.random_range(-1f32..1.0) * s * if rng.random_bool(0.1) { 8.0 } else { 1.0 }).collect()
+    (0..n)
+        .map(|_| rng.random_range(-1f32..1.0) * s * if rng.random_bool(0.1) { 8.0 } else { 1.0 })
+        .collect()
 }
 
 fn h(b: &[u8], at: usize) -> f64 {
@@ -126,7 +128,10 @@ fn reference(ty: GgmlType, w: &[u8], act: &[u8], cols: usize) -> (f64, f64) {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni].into_iter().filter(|i| i.available()).collect()
+    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect()
 }
 
 fn check_close(got: f32, want: f64, mag: f64, what: &str) -> Result<(), TestCaseError> {
@@ -190,7 +195,13 @@ proptest! {
 #[test]
 fn matmul_parallel_odd_shapes() {
     let mut rng = StdRng::seed_from_u64(7);
-    for (ty, rows, cols) in [(Q4_1, 1003, 576), (Q8_0, 517, 576), (Q4_K, 301, 512), (Q6_K, 257, 768), (F16, 301, 96)] {
+    for (ty, rows, cols) in [
+        (Q4_1, 1003, 576),
+        (Q8_0, 517, 576),
+        (Q4_K, 301, 512),
+        (Q6_K, 257, 768),
+        (F16, 301, 96),
+    ] {
         let w = random_weights(&mut rng, ty, rows * cols);
         let m = QMatrix::try_new(ty, &w, rows, cols).unwrap();
         for n in [1, 3] {
@@ -203,7 +214,10 @@ fn matmul_parallel_odd_shapes() {
                 for r in 0..rows {
                     let (want, mag) = reference(ty, &w[r * rb..(r + 1) * rb], &act, cols);
                     let got = y[a * rows + r] as f64;
-                    assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{ty:?} n={n} a={a} r={r}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag + 1e-30,
+                        "{ty:?} n={n} a={a} r={r}: {got} vs {want}"
+                    );
                 }
             }
         }
@@ -214,9 +228,15 @@ fn matmul_parallel_odd_shapes() {
 /// kernels on the same bytes, so the bits must match whatever the task split. Types mixed, so
 /// several activation formats are quantized in one call; outputs poisoned with NaN.
 fn check_fused(rng: &mut StdRng, shapes: &[(GgmlType, usize)], cols: usize, n: usize) {
-    let ws: Vec<Vec<u8>> = shapes.iter().map(|&(ty, rows)| random_weights(rng, ty, rows * cols)).collect();
-    let ms: Vec<QMatrix> =
-        shapes.iter().zip(&ws).map(|(&(ty, rows), w)| QMatrix::try_new(ty, w, rows, cols).unwrap()).collect();
+    let ws: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows)| random_weights(rng, ty, rows * cols))
+        .collect();
+    let ms: Vec<QMatrix> = shapes
+        .iter()
+        .zip(&ws)
+        .map(|(&(ty, rows), w)| QMatrix::try_new(ty, w, rows, cols).unwrap())
+        .collect();
     let x = random_acts(rng, n * cols);
     for isa in isas() {
         let want: Vec<Vec<f32>> = ms
@@ -231,18 +251,32 @@ fn check_fused(rng: &mut StdRng, shapes: &[(GgmlType, usize)], cols: usize, n: u
         let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|y| y.as_mut_slice()).collect();
         matmul_many_with(isa, &ms, &x, n, &mut outs).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let (gb, wb): (Vec<u32>, Vec<u32>) = (g.iter().map(|v| v.to_bits()).collect(), w.iter().map(|v| v.to_bits()).collect());
-            assert_eq!(gb, wb, "matmul_many {isa:?} matrix {i} ({:?}) n={n}", shapes[i]);
+            let (gb, wb): (Vec<u32>, Vec<u32>) = (
+                g.iter().map(|v| v.to_bits()).collect(),
+                w.iter().map(|v| v.to_bits()).collect(),
+            );
+            assert_eq!(
+                gb, wb,
+                "matmul_many {isa:?} matrix {i} ({:?}) n={n}",
+                shapes[i]
+            );
         }
         // SwiGLU over pairs of equal shape (the second matrix of each pair a different type).
         for (i, m) in ms.iter().enumerate() {
-            let Some(other) = ms.iter().skip(i + 1).find(|o| o.rows == m.rows) else { continue };
+            let Some(other) = ms.iter().skip(i + 1).find(|o| o.rows == m.rows) else {
+                continue;
+            };
             let mut up = vec![f32::NAN; n * m.rows];
             other.matmul_with(isa, &x, n, &mut up).unwrap();
             let mut y = vec![f32::NAN; n * m.rows];
             matmul_swiglu_with(isa, m, other, &x, n, &mut y).unwrap();
             for (k, (&g, &u)) in want[i].iter().zip(&up).enumerate() {
-                assert_eq!(y[k].to_bits(), Numerics::Kiln.silu_mul(g, u).to_bits(), "matmul_swiglu {isa:?} {:?} k={k}", shapes[i]);
+                assert_eq!(
+                    y[k].to_bits(),
+                    Numerics::Kiln.silu_mul(g, u).to_bits(),
+                    "matmul_swiglu {isa:?} {:?} k={k}",
+                    shapes[i]
+                );
             }
         }
     }
@@ -266,7 +300,12 @@ fn fused_matmuls_parallel_shapes() {
     for n in [1, 3] {
         check_fused(&mut rng, &[(Q4_1, 576), (Q4_1, 192), (Q4_1, 192)], 576, n);
         check_fused(&mut rng, &[(Q4_1, 1536), (Q4_1, 1536)], 576, n);
-        check_fused(&mut rng, &[(Q8_0, 1003), (Q4_0, 517), (Q4_1, 1003), (F32, 301)], 576, n);
+        check_fused(
+            &mut rng,
+            &[(Q8_0, 1003), (Q4_0, 517), (Q4_1, 1003), (F32, 301)],
+            576,
+            n,
+        );
     }
 }
 
@@ -275,7 +314,9 @@ fn fused_matmuls_parallel_shapes() {
 #[test]
 fn extreme_codes_agree() {
     let cols = 512;
-    let x: Vec<f32> = (0..cols).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let x: Vec<f32> = (0..cols)
+        .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
     for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
         for ty in [Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K] {
             let (qk, bs) = ty.block();
@@ -291,7 +332,10 @@ fn extreme_codes_agree() {
             let (want, mag) = reference(ty, &w, &act, cols);
             for isa in isas() {
                 let got = vec_dot_with(isa, ty, &w, &act).unwrap();
-                assert!((got as f64 - want).abs() <= 1e-5 * mag + 1e-30, "{ty:?} {isa:?} fill {fill:#x}: {got} vs {want}");
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * mag + 1e-30,
+                    "{ty:?} {isa:?} fill {fill:#x}: {got} vs {want}"
+                );
             }
         }
     }
@@ -301,7 +345,9 @@ fn extreme_codes_agree() {
 fn shape_errors_are_err_not_panic() {
     let w = vec![0u8; 20 * 18 * 3];
     assert!(QMatrix::try_new(Q4_1, &w, 3, 18 * 32).is_ok());
-    let e = QMatrix::try_new(Q4_1, &w, 4, 18 * 32).unwrap_err().to_string();
+    let e = QMatrix::try_new(Q4_1, &w, 4, 18 * 32)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Q4_1") && e.contains("1080"), "{e}");
     assert!(QMatrix::try_new(Q4_1, &w, 3, 18 * 32 + 1).is_err());
     assert!(QMatrix::try_new(Q2_K, &w, 1, 256).is_err());
@@ -313,7 +359,12 @@ fn shape_errors_are_err_not_panic() {
     assert!(m.matmul(&vec![0f32; 576 * 2], 2, &mut y[..5]).is_err());
     assert!(m.matmul(&vec![0f32; 576 * 2], 1, &mut y[..3]).is_err());
     // Public fields can be set inconsistently; matmul re-validates instead of reading past data.
-    let bad = QMatrix { ty: Q4_1, data: &w[..100], rows: 3, cols: 576 };
+    let bad = QMatrix {
+        ty: Q4_1,
+        data: &w[..100],
+        rows: 3,
+        cols: 576,
+    };
     assert!(bad.matmul(&vec![0f32; 576], 1, &mut y[..3]).is_err());
     // vec_dot length checks.
     let act = quantize_activations(Q4_1, &vec![0f32; 64]).unwrap();

@@ -11,7 +11,9 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -32,7 +34,11 @@ fn dequantize_matches_gguf_reference_bit_exact() {
         let mut got = vec![0f32; want.len()];
         dequantize_row(ty, &raw, &mut got).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.to_bits(), w.to_bits(), "{name} element {i}: got {g}, reference {w}");
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{name} element {i}: got {g}, reference {w}"
+            );
         }
     }
 }
@@ -61,7 +67,11 @@ fn per_element_get_matches_dequant() {
 
 #[test]
 fn quantize_matches_gguf_reference_bit_exact() {
-    for (name, ty) in [("q4_0", GgmlType::Q4_0), ("q4_1", GgmlType::Q4_1), ("q8_0", GgmlType::Q8_0)] {
+    for (name, ty) in [
+        ("q4_0", GgmlType::Q4_0),
+        ("q4_1", GgmlType::Q4_1),
+        ("q8_0", GgmlType::Q8_0),
+    ] {
         let x = f32s(&fixture(&format!("{name}.qin")));
         let want = fixture(&format!("{name}.qout"));
         let mut got = vec![0u8; want.len()];
@@ -172,7 +182,9 @@ proptest! {
 
 #[test]
 fn q8_1_sum_field_is_d_times_code_sum() {
-    let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.3).collect();
+    let x: Vec<f32> = (0..64)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.3)
+        .collect();
     let mut q = vec![0u8; 72];
     quantize_row(GgmlType::Q8_1, &x, &mut q).unwrap();
     for b in q.chunks(36) {
@@ -188,9 +200,16 @@ fn q8_1_sum_field_is_d_times_code_sum() {
 fn mismatched_sizes_are_errors() {
     use GgmlType::*;
     let mut out = vec![0f32; 64];
-    let e = dequantize_row(Q4_0, &[0u8; 35], &mut out).unwrap_err().to_string();
-    assert!(e.contains("Q4_0") && e.contains("36") && e.contains("35"), "{e}");
-    let e = dequantize_row(Q4_K, &[0u8; 144], &mut out).unwrap_err().to_string();
+    let e = dequantize_row(Q4_0, &[0u8; 35], &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Q4_0") && e.contains("36") && e.contains("35"),
+        "{e}"
+    );
+    let e = dequantize_row(Q4_K, &[0u8; 144], &mut out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Q4_K") && e.contains("256"), "{e}");
     assert!(dequantize_row(Q2_K, &[0u8; 84], &mut vec![0f32; 256]).is_err());
     assert!(dequantize_row(F32, &[0u8; 7], &mut [0f32; 2]).is_err());

@@ -22,7 +22,12 @@ impl Rng {
 }
 
 fn dims(grid_x: u32, grid_y: u32, block: u32, shared_bytes: u32) -> LaunchDims {
-    LaunchDims { grid_x, grid_y, block, shared_bytes }
+    LaunchDims {
+        grid_x,
+        grid_y,
+        block,
+        shared_bytes,
+    }
 }
 
 /// Per-thread output slots the kernels write through shared references (atomics keep the
@@ -31,7 +36,9 @@ fn slots(n: usize) -> Vec<AtomicU32> {
     (0..n).map(|_| AtomicU32::new(u32::MAX)).collect()
 }
 fn read_f32(s: &[AtomicU32]) -> Vec<f32> {
-    s.iter().map(|a| f32::from_bits(a.load(Ordering::Relaxed))).collect()
+    s.iter()
+        .map(|a| f32::from_bits(a.load(Ordering::Relaxed)))
+        .collect()
 }
 
 fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
@@ -92,8 +99,14 @@ fn shuffles_read_the_named_lane() {
     });
     for t in 0..64u32 {
         let base = t / 32 * 32;
-        assert_eq!(idx[t as usize].load(Ordering::Relaxed), 1000 + base + (t % 32 * 7 + 3) % 32);
-        assert_eq!(xor[t as usize].load(Ordering::Relaxed), 1000 + base + ((t % 32) ^ 5));
+        assert_eq!(
+            idx[t as usize].load(Ordering::Relaxed),
+            1000 + base + (t % 32 * 7 + 3) % 32
+        );
+        assert_eq!(
+            xor[t as usize].load(Ordering::Relaxed),
+            1000 + base + ((t % 32) ^ 5)
+        );
     }
 }
 
@@ -115,7 +128,9 @@ fn block_sum_and_max_over_several_warps_and_blocks() {
     let (s, m) = (read_f32(&out_sum), read_f32(&out_max));
     for b in 0..3u32 {
         let want_s: f32 = (0..block).map(|t| val(b, t)).sum();
-        let want_m = (0..block).map(|t| val(b, t)).fold(f32::NEG_INFINITY, f32::max);
+        let want_m = (0..block)
+            .map(|t| val(b, t))
+            .fold(f32::NEG_INFINITY, f32::max);
         for t in 0..block {
             assert_eq!(s[(b * block + t) as usize], want_s, "block {b} thread {t}");
             assert_eq!(m[(b * block + t) as usize], want_m, "block {b} thread {t}");
@@ -135,12 +150,21 @@ fn shared_memory_is_poisoned_and_shared_by_the_block() {
         sync_threads(); // everyone has read the poison before anyone overwrites it
         unsafe { *smem.add(t as usize) = t * 3 };
         sync_threads();
-        neighbour[t as usize].store(unsafe { *smem.add(((t + 1) % block) as usize) }, Ordering::Relaxed);
+        neighbour[t as usize].store(
+            unsafe { *smem.add(((t + 1) % block) as usize) },
+            Ordering::Relaxed,
+        );
     });
     for t in 0..block {
         let p = before[t as usize].load(Ordering::Relaxed);
-        assert!(f32::from_bits(p).is_nan(), "shared word {t} not poisoned: {p:#x}");
-        assert_eq!(neighbour[t as usize].load(Ordering::Relaxed), (t + 1) % block * 3);
+        assert!(
+            f32::from_bits(p).is_nan(),
+            "shared word {t} not poisoned: {p:#x}"
+        );
+        assert_eq!(
+            neighbour[t as usize].load(Ordering::Relaxed),
+            (t + 1) % block * 3
+        );
     }
 }
 
@@ -150,7 +174,11 @@ fn mma_m16n8k16_matches_a_plain_matrix_product() {
     for round in 0..4 {
         // Round 0 uses small dyadic values (exact in f16 and in every f32 sum): bit-exact check.
         let sample = |rng: &mut Rng| {
-            if round == 0 { (rng.next_u32() % 64) as f32 / 16.0 - 2.0 } else { 2.0 * rng.unit() }
+            if round == 0 {
+                (rng.next_u32() % 64) as f32 / 16.0 - 2.0
+            } else {
+                2.0 * rng.unit()
+            }
         };
         let a: Vec<u16> = (0..16 * 16).map(|_| f32_to_f16(sample(&mut rng))).collect(); // A[m][k]
         let b: Vec<u16> = (0..16 * 8).map(|_| f32_to_f16(sample(&mut rng))).collect(); // B[k][n]
@@ -163,22 +191,49 @@ fn mma_m16n8k16_matches_a_plain_matrix_product() {
             let (g, t) = (l / 4, l % 4);
             let af = |r: usize, k: usize| pair(a[r * 16 + k], a[r * 16 + k + 1]);
             let bf = |k: usize, n: usize| pair(b[k * 8 + n], b[(k + 1) * 8 + n]);
-            let fa = [af(g, 2 * t), af(g + 8, 2 * t), af(g, 2 * t + 8), af(g + 8, 2 * t + 8)];
+            let fa = [
+                af(g, 2 * t),
+                af(g + 8, 2 * t),
+                af(g, 2 * t + 8),
+                af(g + 8, 2 * t + 8),
+            ];
             let fb = [bf(2 * t, g), bf(2 * t + 8, g)];
-            let fc = [c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]];
+            let fc = [
+                c[g * 8 + 2 * t],
+                c[g * 8 + 2 * t + 1],
+                c[(g + 8) * 8 + 2 * t],
+                c[(g + 8) * 8 + 2 * t + 1],
+            ];
             let r = mma_m16n8k16_f32_f16(fa, fb, fc);
-            for (i, (m, n)) in [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)].into_iter().enumerate() {
+            for (i, (m, n)) in [
+                (g, 2 * t),
+                (g, 2 * t + 1),
+                (g + 8, 2 * t),
+                (g + 8, 2 * t + 1),
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 d[m * 8 + n].store(r[i].to_bits(), Ordering::Relaxed);
             }
         });
         let d = read_f32(&d);
         for m in 0..16 {
             for n in 0..8 {
-                let want: f64 =
-                    c[m * 8 + n] as f64 + (0..16).map(|k| f16_to_f32(a[m * 16 + k]) as f64 * f16_to_f32(b[k * 8 + n]) as f64).sum::<f64>();
+                let want: f64 = c[m * 8 + n] as f64
+                    + (0..16)
+                        .map(|k| f16_to_f32(a[m * 16 + k]) as f64 * f16_to_f32(b[k * 8 + n]) as f64)
+                        .sum::<f64>();
                 let got = d[m * 8 + n] as f64;
-                let tol = if round == 0 { 0.0 } else { 1e-5 * (1.0 + want.abs()) };
-                assert!((got - want).abs() <= tol, "round {round} D[{m}][{n}] = {got}, want {want}");
+                let tol = if round == 0 {
+                    0.0
+                } else {
+                    1e-5 * (1.0 + want.abs())
+                };
+                assert!(
+                    (got - want).abs() <= tol,
+                    "round {round} D[{m}][{n}] = {got}, want {want}"
+                );
             }
         }
     }
@@ -196,7 +251,11 @@ fn frag_k32_follows_the_ptx_isa_table() {
     for lane in 0..32u32 {
         let (group, tig) = (lane >> 2, lane % 4);
         for i in 0..16u32 {
-            let row = if i < 4 || (8..12).contains(&i) { group } else { group + 8 };
+            let row = if i < 4 || (8..12).contains(&i) {
+                group
+            } else {
+                group + 8
+            };
             let col = tig * 4 + (i & 3) + if i >= 8 { 16 } else { 0 };
             let (r, k0) = frag_k32::a(lane, i / 4);
             assert_eq!((r, k0 + i % 4), (row, col), "A lane {lane} element a{i}");
@@ -219,7 +278,13 @@ fn mma_m16n8k32_s8_matches_a_plain_matrix_product() {
     for round in 0..3 {
         // Round 0: extremes only (-128 and 127 products, large C): the sums are exact integers
         // either way, so any misplaced byte shows.
-        let byte = |rng: &mut Rng| if round == 0 { [-128i8, 127, -1, 0][rng.next_u32() as usize % 4] } else { rng.next_u32() as i8 };
+        let byte = |rng: &mut Rng| {
+            if round == 0 {
+                [-128i8, 127, -1, 0][rng.next_u32() as usize % 4]
+            } else {
+                rng.next_u32() as i8
+            }
+        };
         let a: Vec<i8> = (0..16 * 32).map(|_| byte(&mut rng)).collect(); // A[m][k]
         let b: Vec<i8> = (0..32 * 8).map(|_| byte(&mut rng)).collect(); // B[k][n]
         let c: Vec<i32> = (0..16 * 8).map(|_| rng.next_u32() as i32 >> 8).collect(); // C[m][n]
@@ -229,11 +294,15 @@ fn mma_m16n8k32_s8_matches_a_plain_matrix_product() {
             let l = lane();
             let fa = core::array::from_fn(|r| {
                 let (m, k0) = frag_k32::a(l, r as u32);
-                pack(core::array::from_fn(|i| a[m as usize * 32 + k0 as usize + i]))
+                pack(core::array::from_fn(|i| {
+                    a[m as usize * 32 + k0 as usize + i]
+                }))
             });
             let fb = core::array::from_fn(|r| {
                 let (n, k0) = frag_k32::b(l, r as u32);
-                pack(core::array::from_fn(|i| b[(k0 as usize + i) * 8 + n as usize]))
+                pack(core::array::from_fn(|i| {
+                    b[(k0 as usize + i) * 8 + n as usize]
+                }))
             });
             let fc = core::array::from_fn(|i| {
                 let (m, n) = frag_k32::c(l, i as u32);
@@ -247,7 +316,10 @@ fn mma_m16n8k32_s8_matches_a_plain_matrix_product() {
         });
         for m in 0..16 {
             for n in 0..8 {
-                let want = c[m * 8 + n] + (0..32).map(|k| a[m * 32 + k] as i32 * b[k * 8 + n] as i32).sum::<i32>();
+                let want = c[m * 8 + n]
+                    + (0..32)
+                        .map(|k| a[m * 32 + k] as i32 * b[k * 8 + n] as i32)
+                        .sum::<i32>();
                 let got = d[m * 8 + n].load(Ordering::Relaxed) as i32;
                 assert_eq!(got, want, "round {round} D[{m}][{n}]");
             }
@@ -282,8 +354,15 @@ fn cp_async_lands_at_the_covering_wait() {
             seen[3].store(word(8), Ordering::Relaxed);
         }
     });
-    let v: Vec<u32> = seen.iter().take(4).map(|a| a.load(Ordering::Relaxed)).collect();
-    assert!(f32::from_bits(v[0]).is_nan() && f32::from_bits(v[2]).is_nan(), "copies landed before their wait: {v:x?}");
+    let v: Vec<u32> = seen
+        .iter()
+        .take(4)
+        .map(|a| a.load(Ordering::Relaxed))
+        .collect();
+    assert!(
+        f32::from_bits(v[0]).is_nan() && f32::from_bits(v[2]).is_nan(),
+        "copies landed before their wait: {v:x?}"
+    );
     assert_eq!((v[1], v[3]), (1, 8 * 7 + 1));
 }
 
@@ -299,7 +378,10 @@ fn dp4a_matches_scalar_bytes() {
     for (a, b, c) in cases {
         let mut want = c;
         for i in 0..4 {
-            let (x, y) = ((a >> (8 * i)) as u8 as i8 as i32, (b >> (8 * i)) as u8 as i8 as i32);
+            let (x, y) = (
+                (a >> (8 * i)) as u8 as i8 as i32,
+                (b >> (8 * i)) as u8 as i8 as i32,
+            );
             want = want.wrapping_add(x * y);
         }
         assert_eq!(dp4a_s32(a, b, c), want, "dp4a({a:#x}, {b:#x}, {c})");
@@ -334,5 +416,9 @@ fn divergent_shuffle_times_out_with_the_deadlock_message() {
     });
     let msg = panic_message(&*r.expect_err("a divergent shuffle must panic"));
     assert!(msg.contains("deadlock"), "unexpected panic message: {msg}");
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
 }

@@ -138,8 +138,14 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::GEMM_WARP_M % P::Mma::M == 0 && P::GEMM_WARP_N % P::Mma::N == 0);
     // The GEMM instantiates these warp tiles (`kernels/mma.rs`: fragment arrays are sized at
     // compile time).
-    assert!(matches!(P::GEMM_WARP_M / P::Mma::M, 1 | 2 | 4) && matches!(P::GEMM_WARP_N / P::Mma::N, 2 | 4 | 8));
-    assert!(P::STAGES >= 2, "the GEMM pipeline overlaps at least one load with compute");
+    assert!(
+        matches!(P::GEMM_WARP_M / P::Mma::M, 1 | 2 | 4)
+            && matches!(P::GEMM_WARP_N / P::Mma::N, 2 | 4 | 8)
+    );
+    assert!(
+        P::STAGES >= 2,
+        "the GEMM pipeline overlaps at least one load with compute"
+    );
     assert!(P::GEMM_MIN_TOKENS >= 2);
     assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
     assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));

@@ -95,7 +95,10 @@ pub fn seed() -> impl Strategy<Value = u64> {
 /// Lengths that hit the edges (1, a warp, a block of 256 threads, one past each) as well as
 /// arbitrary values up to `max`.
 pub fn length(max: u32) -> impl Strategy<Value = u32> {
-    let edges: Vec<u32> = [1, 2, 31, 32, 33, 255, 256, 257].into_iter().filter(|&e| e <= max).collect();
+    let edges: Vec<u32> = [1, 2, 31, 32, 33, 255, 256, 257]
+        .into_iter()
+        .filter(|&e| e <= max)
+        .collect();
     prop_oneof![prop::sample::select(edges), 1..=max]
 }
 

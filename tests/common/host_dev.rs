@@ -16,7 +16,11 @@ pub struct HostDev<P> {
 
 impl<P: TargetPolicy> HostDev<P> {
     pub fn new() -> Self {
-        HostDev { bufs: Vec::new(), shapes: kiln_host::cuda::launch_shapes::<P>(), policy: PhantomData }
+        HostDev {
+            bufs: Vec::new(),
+            shapes: kiln_host::cuda::launch_shapes::<P>(),
+            policy: PhantomData,
+        }
     }
 }
 
@@ -33,7 +37,11 @@ impl<P: TargetPolicy + Send + Sync> Device for HostDev<P> {
         // SAFETY: `mem` has at least `bytes.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
         self.bufs.push(mem);
-        Buf { ptr: ptr as u64, bytes: bytes.len(), slot: self.bufs.len() - 1 }
+        Buf {
+            ptr: ptr as u64,
+            bytes: bytes.len(),
+            slot: self.bufs.len() - 1,
+        }
     }
     fn download_bytes(&mut self, buf: &Buf) -> Vec<u8> {
         let mem = &self.bufs[buf.slot];

@@ -78,7 +78,13 @@ pub fn download<T: Pod>(d: &mut dyn Device, b: &Buf) -> Vec<T> {
     let n = b.bytes / std::mem::size_of::<T>();
     let mut out = vec![T::default(); n];
     // SAFETY: `out` has exactly `n * size_of::<T>()` bytes; any bit pattern is a valid Pod.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>()) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            out.as_mut_ptr() as *mut u8,
+            n * std::mem::size_of::<T>(),
+        )
+    };
     out
 }
 
@@ -95,11 +101,16 @@ pub fn host_devices() -> Vec<Box<dyn Device>> {
 /// variant is skipped (so a skip is visible in `--nocapture` output and in CI logs).
 pub fn gpu_device(test: &str) -> Option<GpuDev> {
     if !kiln_host::cuda::driver_present() {
-        visible(&format!("SKIP {test}: no CUDA device (no CUDA driver library could be loaded)"));
+        visible(&format!(
+            "SKIP {test}: no CUDA device (no CUDA driver library could be loaded)"
+        ));
         return None;
     }
     match kiln_host::cuda::Gpu::new(kiln::PTX_MODULES, 0) {
-        Ok(gpu) => Some(GpuDev { gpu, bufs: Vec::new() }),
+        Ok(gpu) => Some(GpuDev {
+            gpu,
+            bufs: Vec::new(),
+        }),
         Err(e) => {
             visible(&format!("SKIP {test}: no CUDA device ({e:#})"));
             None
@@ -122,27 +133,45 @@ pub struct GpuDev {
 impl Device for GpuDev {
     fn label(&self) -> String {
         let (ma, mi) = self.gpu.compute_capability();
-        format!("GPU {} (cc {ma}.{mi}, module {})", self.gpu.name(), self.gpu.module_name())
+        format!(
+            "GPU {} (cc {ma}.{mi}, module {})",
+            self.gpu.name(),
+            self.gpu.module_name()
+        )
     }
     fn shapes(&self) -> &dyn LaunchShapes {
         self.gpu.shapes()
     }
     fn upload_bytes(&mut self, bytes: &[u8]) -> Buf {
-        let b = if bytes.is_empty() { self.gpu.alloc::<u8>(1) } else { self.gpu.upload(bytes) };
+        let b = if bytes.is_empty() {
+            self.gpu.alloc::<u8>(1)
+        } else {
+            self.gpu.upload(bytes)
+        };
         let b = b.unwrap_or_else(|e| panic!("{}: {e:#}", self.label()));
         assert!(b.ptr() % 16 == 0, "device allocation not 16-byte aligned");
-        let buf = Buf { ptr: b.ptr(), bytes: bytes.len(), slot: self.bufs.len() };
+        let buf = Buf {
+            ptr: b.ptr(),
+            bytes: bytes.len(),
+            slot: self.bufs.len(),
+        };
         self.bufs.push(b);
         buf
     }
     fn download_bytes(&mut self, buf: &Buf) -> Vec<u8> {
-        let mut v = self.gpu.download(&self.bufs[buf.slot]).unwrap_or_else(|e| panic!("{}: {e:#}", self.label()));
+        let mut v = self
+            .gpu
+            .download(&self.bufs[buf.slot])
+            .unwrap_or_else(|e| panic!("{}: {e:#}", self.label()));
         v.truncate(buf.bytes);
         v
     }
     fn launch(&mut self, entry: &'static str, dims: Dims, args: &[Arg]) {
         // Synchronize per launch so a fault is blamed on the kernel that caused it.
-        let r = self.gpu.launch(entry, dims, args).and_then(|_| self.gpu.synchronize());
+        let r = self
+            .gpu
+            .launch(entry, dims, args)
+            .and_then(|_| self.gpu.synchronize());
         r.unwrap_or_else(|e| panic!("{}: {entry} {dims:?}: {e:#}", self.label()));
     }
     fn reset(&mut self) {
@@ -162,13 +191,21 @@ pub fn gpu_cases() -> u32 {
 }
 
 fn env_cases(var: &str, default: u32) -> u32 {
-    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn runner(cases: u32) -> TestRunner {
     // No regression files (the harness is not the `proptest!` macro), bounded shrinking since
     // each host case costs tens of milliseconds.
-    TestRunner::new(Config { cases, failure_persistence: None, max_shrink_iters: 256, ..Config::default() })
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    })
 }
 
 /// A property over one device and one generated case.
@@ -225,7 +262,12 @@ macro_rules! kernel_properties {
 }
 
 /// GGUF blocks → the split planes (quants, scales) the GPU keeps.
-pub fn split_planes(fmt: reference::BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+pub fn split_planes(
+    fmt: reference::BlockFormat,
+    gguf: &[u8],
+    rows: usize,
+    cols: usize,
+) -> (Vec<u8>, Vec<u8>) {
     use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
     fn go<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
         let (qb, sb) = split_plane_bytes::<F>(rows, cols);
@@ -242,7 +284,14 @@ pub fn split_planes(fmt: reference::BlockFormat, gguf: &[u8], rows: usize, cols:
 
 /// Fail the case (with the device named) unless `err <= tol`; NaN fails too.
 pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(), TestCaseError> {
-    if err <= tol { Ok(()) } else { Err(TestCaseError::fail(format!("{}: {what}: relative error {err:.3e} > {tol:.1e}", dev.label()))) }
+    if err <= tol {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!(
+            "{}: {what}: relative error {err:.3e} > {tol:.1e}",
+            dev.label()
+        )))
+    }
 }
 
 /// Fail unless every f32 of `out` was written (poison is NaN; the inputs never produce NaN).

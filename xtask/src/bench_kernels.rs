@@ -87,7 +87,13 @@ struct Weights {
     host_scales: Vec<u8>,
 }
 
-fn random_split<F: SplitFormat>(gpu: &Gpu, rows: usize, cols: usize, copies: usize, rng: &mut StdRng) -> Result<Weights> {
+fn random_split<F: SplitFormat>(
+    gpu: &Gpu,
+    rows: usize,
+    cols: usize,
+    copies: usize,
+    rng: &mut StdRng,
+) -> Result<Weights> {
     let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
     let host_qs: Vec<u8> = (0..qb).map(|_| rng.random()).collect();
     let mut host_scales = vec![0u8; sb];
@@ -101,10 +107,23 @@ fn random_split<F: SplitFormat>(gpu: &Gpu, rows: usize, cols: usize, copies: usi
         qs.push(gpu.upload(&host_qs)?);
         scales.push(gpu.upload(&host_scales)?);
     }
-    Ok(Weights { qs, scales, host_qs, host_scales })
+    Ok(Weights {
+        qs,
+        scales,
+        host_qs,
+        host_scales,
+    })
 }
 
-fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize, iters: usize, copy_gbps: f64, rng: &mut StdRng) -> Result<Case> {
+fn bench_matvec<F: SplitFormat>(
+    gpu: &Gpu,
+    label: &str,
+    rows: usize,
+    cols: usize,
+    iters: usize,
+    copy_gbps: f64,
+    rng: &mut StdRng,
+) -> Result<Case> {
     let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
     let bytes = qb + sb;
     // Enough copies that consecutive launches never find their weights in the 50 MB L2.
@@ -116,11 +135,18 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
     let xds = gpu.alloc::<f32>(cols / 16)?;
     let y = gpu.alloc::<f32>(rows)?;
     let sh = gpu.shapes();
-    gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(cols as u32, 1), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)])?;
+    gpu.launch(
+        names::kiln_quantize_q8_1,
+        sh.quantize_q8_1(cols as u32, 1),
+        &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)],
+    )?;
     let mut dims = sh.matvec_resident(rows as u32, 1, gpu.sm_count());
     // Sweep hook: KILN_MATVEC_BLOCKS_PER_SM overrides the policy's resident wave (the kernel
     // grid-strides, so any grid is correct).
-    if let Some(b) = std::env::var("KILN_MATVEC_BLOCKS_PER_SM").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(b) = std::env::var("KILN_MATVEC_BLOCKS_PER_SM")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
         dims.grid_x = sh.matvec(rows as u32, 1).grid_x.min(b * gpu.sm_count());
     }
     let launch = |k: usize| {
@@ -128,7 +154,16 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
         gpu.launch(
             kernel_name::<F>(),
             dims,
-            &[w.qs[k].arg(), w.scales[k].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(rows as u32), Arg::U32(cols as u32), Arg::U32(0)],
+            &[
+                w.qs[k].arg(),
+                w.scales[k].arg(),
+                xq.arg(),
+                xds.arg(),
+                y.arg(),
+                Arg::U32(rows as u32),
+                Arg::U32(cols as u32),
+                Arg::U32(0),
+            ],
         )
     };
     launch(0)?;
@@ -199,22 +234,58 @@ fn bench_matvec<F: SplitFormat>(gpu: &Gpu, label: &str, rows: usize, cols: usize
 /// The tensor-core GEMM for `tokens` activation rows: checked on sampled outputs against float64
 /// over its f16 operands, then timed (weights stay in L2 across launches, as
 /// they would not in a model; at these sizes the GEMM is arithmetic-bound either way).
-fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize, cols: usize, iters: usize, rng: &mut StdRng) -> Result<GemmCase> {
+fn bench_gemm<F: SplitFormat>(
+    gpu: &Gpu,
+    label: &str,
+    tokens: usize,
+    rows: usize,
+    cols: usize,
+    iters: usize,
+    rng: &mut StdRng,
+) -> Result<GemmCase> {
     let w = random_split::<F>(gpu, rows, cols, 1, rng)?;
-    let x: Vec<f32> = (0..tokens * cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x: Vec<f32> = (0..tokens * cols)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
     let xd = gpu.upload(&x)?;
     let xq = gpu.alloc::<i8>(tokens * cols)?;
     let xds = gpu.alloc::<f32>(tokens * cols / 16)?;
     let y = gpu.alloc::<f32>(tokens * rows)?;
     let sh = gpu.shapes();
     let (t32, r32, c32) = (tokens as u32, rows as u32, cols as u32);
-    gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(c32, t32), &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)])?;
+    gpu.launch(
+        names::kiln_quantize_q8_1,
+        sh.quantize_q8_1(c32, t32),
+        &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(c32)],
+    )?;
     let xh = gpu.alloc::<u16>(tokens * cols)?;
     let pairs = (tokens * cols / 2) as u32;
-    gpu.launch(names::kiln_to_f16, sh.flat(pairs), &[xd.arg(), xh.arg(), Arg::U32(pairs)])?;
+    gpu.launch(
+        names::kiln_to_f16,
+        sh.flat(pairs),
+        &[xd.arg(), xh.arg(), Arg::U32(pairs)],
+    )?;
     // Last arguments: overwrite y, not add to it.
-    let gemm_args = [w.qs[0].arg(), w.scales[0].arg(), xh.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(t32), Arg::U32(0)];
-    let args = [w.qs[0].arg(), w.scales[0].arg(), xq.arg(), xds.arg(), y.arg(), Arg::U32(r32), Arg::U32(c32), Arg::U32(0)];
+    let gemm_args = [
+        w.qs[0].arg(),
+        w.scales[0].arg(),
+        xh.arg(),
+        y.arg(),
+        Arg::U32(r32),
+        Arg::U32(c32),
+        Arg::U32(t32),
+        Arg::U32(0),
+    ];
+    let args = [
+        w.qs[0].arg(),
+        w.scales[0].arg(),
+        xq.arg(),
+        xds.arg(),
+        y.arg(),
+        Arg::U32(r32),
+        Arg::U32(c32),
+        Arg::U32(0),
+    ];
     let gemm = match F::GGUF_BYTES {
         18 => names::kiln_mma_q4_0,
         20 => names::kiln_mma_q4_1,
@@ -228,11 +299,17 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
     let f16 = |v: f32| half::f16::from_f32(v).to_f64();
     let nb = cols / 32;
     let mut max_rel = 0f64;
-    for (t, row) in (0..97).map(|i| ((i * 7919) % tokens, (i * 104_729) % rows)).chain([(tokens - 1, rows - 1)]) {
+    for (t, row) in (0..97)
+        .map(|i| ((i * 7919) % tokens, (i * 104_729) % rows))
+        .chain([(tokens - 1, rows - 1)])
+    {
         let (mut acc, mut mag) = (0f64, 0f64);
         for b in 0..nb {
             let blk = row * nb + b;
-            let (qs, sc) = (&w.host_qs[blk * F::QS_WORDS * 4..], &w.host_scales[blk * F::SCALE_BYTES..]);
+            let (qs, sc) = (
+                &w.host_qs[blk * F::QS_WORDS * 4..],
+                &w.host_scales[blk * F::SCALE_BYTES..],
+            );
             for i in 0..32 {
                 // The operands the tensor cores multiply: each rounded once to f16.
                 let wv = f16(F::element(qs.as_ptr(), sc.as_ptr(), i));
@@ -242,10 +319,16 @@ fn bench_gemm<F: SplitFormat>(gpu: &Gpu, label: &str, tokens: usize, rows: usize
             }
         }
         let rel = (got[t * rows + row] as f64 - acc).abs() / mag.max(1e-30);
-        max_rel = if rel.is_nan() { f64::NAN } else { max_rel.max(rel) };
+        max_rel = if rel.is_nan() {
+            f64::NAN
+        } else {
+            max_rel.max(rel)
+        };
     }
     if max_rel.is_nan() || max_rel > 1e-4 {
-        bail!("{label} {tokens}x{rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})");
+        bail!(
+            "{label} {tokens}x{rows}x{cols}: result differs from the float64 reference (max rel err {max_rel:.2e})"
+        );
     }
     let time = |launch: &dyn Fn() -> Result<()>| -> Result<(f64, f64)> {
         for _ in 0..5 {
@@ -285,43 +368,131 @@ fn kernel_name<F: SplitFormat>() -> &'static str {
 pub fn run(a: Args) -> Result<()> {
     let gpu = Gpu::new(kiln::PTX_MODULES, 0).context("bench kernels needs a CUDA GPU")?;
     let commit = crate::measure::commit();
-    eprintln!("device: {} (cc {:?}), module {}", gpu.name(), gpu.compute_capability(), gpu.module_name());
+    eprintln!(
+        "device: {} (cc {:?}), module {}",
+        gpu.name(),
+        gpu.compute_capability(),
+        gpu.module_name()
+    );
     let copy_gbps = copy_bandwidth(&gpu)?;
     eprintln!("copy bandwidth: {copy_gbps:.0} GB/s (read + write)");
     let mut rng = StdRng::seed_from_u64(7);
     let mut cases = Vec::new();
     for (rows, cols) in [(14336, 4096), (4096, 14336), (151936, 4096)] {
-        cases.push(bench_matvec::<formats::Q4_0>(&gpu, "matvec_q4_0", rows, cols, a.iters, copy_gbps, &mut rng)?);
-        cases.push(bench_matvec::<formats::Q8_0>(&gpu, "matvec_q8_0", rows, cols, a.iters, copy_gbps, &mut rng)?);
-        cases.push(bench_matvec::<formats::Q4_1>(&gpu, "matvec_q4_1", rows, cols, a.iters, copy_gbps, &mut rng)?);
+        cases.push(bench_matvec::<formats::Q4_0>(
+            &gpu,
+            "matvec_q4_0",
+            rows,
+            cols,
+            a.iters,
+            copy_gbps,
+            &mut rng,
+        )?);
+        cases.push(bench_matvec::<formats::Q8_0>(
+            &gpu,
+            "matvec_q8_0",
+            rows,
+            cols,
+            a.iters,
+            copy_gbps,
+            &mut rng,
+        )?);
+        cases.push(bench_matvec::<formats::Q4_1>(
+            &gpu,
+            "matvec_q4_1",
+            rows,
+            cols,
+            a.iters,
+            copy_gbps,
+            &mut rng,
+        )?);
     }
     let mut gemm = Vec::new();
     // qwen3-8b's prefill shapes at 512 tokens: gate/up, q/o, k/v, down.
-    for (tokens, rows, cols) in [(512, 12288, 4096), (512, 4096, 4096), (512, 1024, 4096), (512, 4096, 12288)] {
-        gemm.push(bench_gemm::<formats::Q4_0>(&gpu, "mma_q4_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
-        gemm.push(bench_gemm::<formats::Q8_0>(&gpu, "mma_q8_0", tokens, rows, cols, a.iters / 4, &mut rng)?);
-        gemm.push(bench_gemm::<formats::Q4_1>(&gpu, "mma_q4_1", tokens, rows, cols, a.iters / 4, &mut rng)?);
+    for (tokens, rows, cols) in [
+        (512, 12288, 4096),
+        (512, 4096, 4096),
+        (512, 1024, 4096),
+        (512, 4096, 12288),
+    ] {
+        gemm.push(bench_gemm::<formats::Q4_0>(
+            &gpu,
+            "mma_q4_0",
+            tokens,
+            rows,
+            cols,
+            a.iters / 4,
+            &mut rng,
+        )?);
+        gemm.push(bench_gemm::<formats::Q8_0>(
+            &gpu,
+            "mma_q8_0",
+            tokens,
+            rows,
+            cols,
+            a.iters / 4,
+            &mut rng,
+        )?);
+        gemm.push(bench_gemm::<formats::Q4_1>(
+            &gpu,
+            "mma_q4_1",
+            tokens,
+            rows,
+            cols,
+            a.iters / 4,
+            &mut rng,
+        )?);
     }
-    println!("| kernel | rows×cols | MB | median µs | p95 µs | GB/s | % copy | floor µs | max rel err |");
+    println!(
+        "| kernel | rows×cols | MB | median µs | p95 µs | GB/s | % copy | floor µs | max rel err |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for c in &cases {
         println!(
             "| {} | {}×{} | {:.1} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {:.1e} |",
-            c.kernel, c.rows, c.cols, c.bytes as f64 / 1e6, c.median_us, c.p95_us, c.gbps, c.pct_of_copy, c.floor_us, c.max_rel_err
+            c.kernel,
+            c.rows,
+            c.cols,
+            c.bytes as f64 / 1e6,
+            c.median_us,
+            c.p95_us,
+            c.gbps,
+            c.pct_of_copy,
+            c.floor_us,
+            c.max_rel_err
         );
     }
     println!();
-    println!("| kernel | tokens×rows×cols | median µs | p95 µs | TFLOP/s | mat-vec ×tokens µs | speedup | max rel err |");
+    println!(
+        "| kernel | tokens×rows×cols | median µs | p95 µs | TFLOP/s | mat-vec ×tokens µs | speedup | max rel err |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for c in &gemm {
         println!(
             "| {} | {}×{}×{} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.1e} |",
-            c.kernel, c.tokens, c.rows, c.cols, c.median_us, c.p95_us, c.tflops, c.matvec_us, c.speedup, c.max_rel_err
+            c.kernel,
+            c.tokens,
+            c.rows,
+            c.cols,
+            c.median_us,
+            c.p95_us,
+            c.tflops,
+            c.matvec_us,
+            c.speedup,
+            c.max_rel_err
         );
     }
-    let report = Report { device: gpu.name().into(), module: gpu.module_name().into(), commit, copy_gbps, cases, gemm };
+    let report = Report {
+        device: gpu.name().into(),
+        module: gpu.module_name().into(),
+        commit,
+        copy_gbps,
+        cases,
+        gemm,
+    };
     if let Some(p) = a.json {
-        std::fs::write(&p, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(&p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

@@ -42,9 +42,9 @@
 mod kiln_runner;
 mod llama_bench;
 mod report;
-mod vram;
 #[cfg(test)]
 mod tests;
+mod vram;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -124,7 +124,11 @@ impl TestSpec {
             TestKind::Pp => format!("pp{}", self.n),
             TestKind::Tg => format!("tg{}", self.n),
         };
-        if self.depth > 0 { format!("{base}@d{}", self.depth) } else { base }
+        if self.depth > 0 {
+            format!("{base}@d{}", self.depth)
+        } else {
+            base
+        }
     }
 }
 
@@ -132,12 +136,24 @@ impl TestSpec {
 pub fn tests(pp: usize, tg: usize, depth: usize) -> Vec<TestSpec> {
     let mut t = Vec::new();
     if pp > 0 {
-        t.push(TestSpec { kind: TestKind::Pp, n: pp, depth: 0 });
+        t.push(TestSpec {
+            kind: TestKind::Pp,
+            n: pp,
+            depth: 0,
+        });
     }
     if tg > 0 {
-        t.push(TestSpec { kind: TestKind::Tg, n: tg, depth: 0 });
+        t.push(TestSpec {
+            kind: TestKind::Tg,
+            n: tg,
+            depth: 0,
+        });
         if depth > 0 {
-            t.push(TestSpec { kind: TestKind::Tg, n: tg, depth });
+            t.push(TestSpec {
+                kind: TestKind::Tg,
+                n: tg,
+                depth,
+            });
         }
     }
     t
@@ -163,7 +179,11 @@ pub fn schedule(reps: usize, n_tests: usize, with_reference: bool) -> Vec<Step> 
     let mut s = Vec::new();
     for rep in 0..reps {
         for test in 0..n_tests {
-            let order = if rep % 2 == 0 { [Engine::Kiln, Engine::LlamaCpp] } else { [Engine::LlamaCpp, Engine::Kiln] };
+            let order = if rep % 2 == 0 {
+                [Engine::Kiln, Engine::LlamaCpp]
+            } else {
+                [Engine::LlamaCpp, Engine::Kiln]
+            };
             for engine in order {
                 if engine == Engine::Kiln || with_reference {
                     s.push(Step { rep, test, engine });
@@ -249,11 +269,17 @@ impl KilnTest {
     pub fn from_samples(samples: &[KilnSample]) -> KilnTest {
         let tps_reps: Vec<f64> = samples.iter().map(|s| s.tps).collect();
         let ttft_ms_reps: Vec<f64> = samples.iter().filter_map(|s| s.ttft_ms).collect();
-        let mut lat: Vec<f64> = samples.iter().flat_map(|s| s.step_ms.iter().copied()).collect();
+        let mut lat: Vec<f64> = samples
+            .iter()
+            .flat_map(|s| s.step_ms.iter().copied())
+            .collect();
         let (latency_ms_p50, latency_ms_p95) = if lat.is_empty() {
             (None, None)
         } else {
-            (Some(measure::percentile(&mut lat, 0.5)), Some(measure::percentile(&mut lat, 0.95)))
+            (
+                Some(measure::percentile(&mut lat, 0.5)),
+                Some(measure::percentile(&mut lat, 0.95)),
+            )
         };
         KilnTest {
             tps_median: median(&tps_reps),
@@ -275,37 +301,67 @@ pub struct LlamaTest {
 
 pub fn run(a: Args) -> Result<()> {
     for m in &a.models {
-        ensure!(m.is_file(), "model file {} does not exist (or is not a file)", m.display());
+        ensure!(
+            m.is_file(),
+            "model file {} does not exist (or is not a file)",
+            m.display()
+        );
     }
     ensure!(a.reps > 0, "--reps must be at least 1");
     let specs = tests(a.pp, a.tg, a.depth);
-    ensure!(!specs.is_empty(), "--pp and --tg are both 0: nothing to measure");
-    let path = a.llama_bench.clone().or_else(|| std::env::var_os("LLAMA_BENCH").map(PathBuf::from));
+    ensure!(
+        !specs.is_empty(),
+        "--pp and --tg are both 0: nothing to measure"
+    );
+    let path = a
+        .llama_bench
+        .clone()
+        .or_else(|| std::env::var_os("LLAMA_BENCH").map(PathBuf::from));
     // The CPU backend's parallel ops start from inside the pool (as in the kiln CLI), so the
     // calling thread computes its share instead of waiting on the pool.
     let pool = match a.device {
-        DeviceKind::Cpu => Some(rayon::ThreadPoolBuilder::new().build().context("starting the thread pool")?),
+        DeviceKind::Cpu => Some(
+            rayon::ThreadPoolBuilder::new()
+                .build()
+                .context("starting the thread pool")?,
+        ),
         DeviceKind::Cuda => None,
     };
     let llama = match &path {
-        Some(p) => Some(LlamaBench::new(p, &a.llama_args, pool.as_ref().map(|p| p.current_num_threads()))?),
+        Some(p) => Some(LlamaBench::new(
+            p,
+            &a.llama_args,
+            pool.as_ref().map(|p| p.current_num_threads()),
+        )?),
         None => {
-            ensure!(a.llama_args.trim().is_empty(), "--llama-args given but no llama-bench (--llama-bench or $LLAMA_BENCH)");
-            eprintln!("bench model: no llama-bench given (--llama-bench or $LLAMA_BENCH): measuring kiln only");
+            ensure!(
+                a.llama_args.trim().is_empty(),
+                "--llama-args given but no llama-bench (--llama-bench or $LLAMA_BENCH)"
+            );
+            eprintln!(
+                "bench model: no llama-bench given (--llama-bench or $LLAMA_BENCH): measuring kiln only"
+            );
             None
         }
     };
     let report = match &pool {
-        Some(pool) => pool.install(|| measure_all(&a, &specs, llama.as_ref(), None, || Ok(Cpu::new())))?,
+        Some(pool) => {
+            pool.install(|| measure_all(&a, &specs, llama.as_ref(), None, || Ok(Cpu::new())))?
+        }
         None => {
             // Before any CUDA context of this process exists.
             let before_context = vram::used_now();
-            measure_all(&a, &specs, llama.as_ref(), before_context, || Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda"))?
+            measure_all(&a, &specs, llama.as_ref(), before_context, || {
+                Cuda::new(kiln::PTX_MODULES, 0).context("--device cuda")
+            })?
         }
     };
     let table = report::write_all(&report, &a.out)?;
     println!("{table}");
-    eprintln!("bench model: wrote {}/bench.{{json,md,svg}}", a.out.display());
+    eprintln!(
+        "bench model: wrote {}/bench.{{json,md,svg}}",
+        a.out.display()
+    );
     Ok(())
 }
 
@@ -325,7 +381,8 @@ fn measure_all<D: Device>(
         None => Reference {
             ran: false,
             path: None,
-            note: "llama-bench was not run (no --llama-bench or $LLAMA_BENCH): kiln figures only".into(),
+            note: "llama-bench was not run (no --llama-bench or $LLAMA_BENCH): kiln figures only"
+                .into(),
         },
     };
     let mut device = String::new();
@@ -333,8 +390,13 @@ fn measure_all<D: Device>(
     for file in &a.models {
         let dev = new_device()?;
         device = dev.describe();
-        let mut m = measure_model(a, specs, llama, dev, file).with_context(|| file.display().to_string())?;
-        m.kiln.vram_process_bytes = m.kiln.vram_peak_bytes.zip(before_context).map(|(p, b)| p.saturating_sub(b));
+        let mut m = measure_model(a, specs, llama, dev, file)
+            .with_context(|| file.display().to_string())?;
+        m.kiln.vram_process_bytes = m
+            .kiln
+            .vram_peak_bytes
+            .zip(before_context)
+            .map(|(p, b)| p.saturating_sub(b));
         models.push(m);
     }
     Ok(Report {
@@ -364,9 +426,16 @@ fn measure_model<D: Device>(
     file: &Path,
 ) -> Result<ModelReport> {
     let (sha256, size_bytes) = sha256_and_size(file)?;
-    eprintln!("bench model: {} ({size_bytes} bytes, sha256 {sha256})", file.display());
+    eprintln!(
+        "bench model: {} ({size_bytes} bytes, sha256 {sha256})",
+        file.display()
+    );
     let mut kiln = KilnRunner::load(dev, file, specs)?;
-    eprintln!("  kiln loaded in {:.2} s on {}", kiln.load_s, kiln.device().describe());
+    eprintln!(
+        "  kiln loaded in {:.2} s on {}",
+        kiln.load_s,
+        kiln.device().describe()
+    );
     for spec in specs {
         for _ in 0..a.warmup {
             kiln.run(spec)?;
@@ -374,13 +443,17 @@ fn measure_model<D: Device>(
     }
     let mut notes = Vec::new();
     // A test llama-bench cannot run (an old build without -d) is measured for kiln alone.
-    let mut llama_runs: Vec<bool> = specs.iter().map(|s| llama.is_some_and(|l| l.supports(s))).collect();
+    let mut llama_runs: Vec<bool> = specs
+        .iter()
+        .map(|s| llama.is_some_and(|l| l.supports(s)))
+        .collect();
     let mut llama_worked = false;
     if let Some(note) = llama.and_then(|l| l.depth_note()) {
         notes.push(note);
     }
     let mut kiln_samples: Vec<Vec<KilnSample>> = vec![Vec::new(); specs.len()];
-    let mut llama_samples: Vec<Vec<llama_bench::Sample>> = (0..specs.len()).map(|_| Vec::new()).collect();
+    let mut llama_samples: Vec<Vec<llama_bench::Sample>> =
+        (0..specs.len()).map(|_| Vec::new()).collect();
     let mut llama_info = None;
     let mut llama_vram: Option<u64> = None;
     let on_gpu = kiln.device().used_bytes().is_some();
@@ -389,29 +462,44 @@ fn measure_model<D: Device>(
         match (step.engine, llama) {
             (Engine::Kiln, _) => {
                 let s = kiln.run(spec)?;
-                eprintln!("  rep {} {:>12} kiln      {:>10.1} t/s", step.rep, spec.name(), s.tps);
+                eprintln!(
+                    "  rep {} {:>12} kiln      {:>10.1} t/s",
+                    step.rep,
+                    spec.name(),
+                    s.tps
+                );
                 kiln_samples[step.test].push(s);
             }
-            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => match measured_vram(on_gpu, || l.run(file, spec)) {
-                Ok(((s, info), vram)) => {
-                    llama_vram = llama_vram.max(vram);
-                    eprintln!("  rep {} {:>12} llama.cpp {:>10.1} t/s", step.rep, spec.name(), s.avg_ts);
-                    llama_samples[step.test].push(s);
-                    llama_info.get_or_insert(info);
-                    llama_worked = true;
+            (Engine::LlamaCpp, Some(l)) if llama_runs[step.test] => {
+                match measured_vram(on_gpu, || l.run(file, spec)) {
+                    Ok(((s, info), vram)) => {
+                        llama_vram = llama_vram.max(vram);
+                        eprintln!(
+                            "  rep {} {:>12} llama.cpp {:>10.1} t/s",
+                            step.rep,
+                            spec.name(),
+                            s.avg_ts
+                        );
+                        llama_samples[step.test].push(s);
+                        llama_info.get_or_insert(info);
+                        llama_worked = true;
+                    }
+                    // A first run that fails is a setup problem: stop before spending the device time.
+                    Err(e) if !llama_worked => return Err(e),
+                    // Later failures (say, out of memory at depth) cost that test its reference
+                    // figure, not the rest of the run.
+                    Err(e) => {
+                        let msg = format!(
+                            "llama-bench failed on {}, which has no reference figure: {e:#}",
+                            spec.name()
+                        );
+                        eprintln!("  {msg}");
+                        notes.push(msg);
+                        llama_runs[step.test] = false;
+                        llama_samples[step.test].clear();
+                    }
                 }
-                // A first run that fails is a setup problem: stop before spending the device time.
-                Err(e) if !llama_worked => return Err(e),
-                // Later failures (say, out of memory at depth) cost that test its reference
-                // figure, not the rest of the run.
-                Err(e) => {
-                    let msg = format!("llama-bench failed on {}, which has no reference figure: {e:#}", spec.name());
-                    eprintln!("  {msg}");
-                    notes.push(msg);
-                    llama_runs[step.test] = false;
-                    llama_samples[step.test].clear();
-                }
-            },
+            }
             (Engine::LlamaCpp, _) => {}
         }
     }
@@ -422,10 +510,25 @@ fn measure_model<D: Device>(
             let kiln = KilnTest::from_samples(k);
             let llama_cpp = (!l.is_empty()).then(|| {
                 let tps_reps: Vec<f64> = l.iter().map(|s| s.avg_ts).collect();
-                LlamaTest { tps_median: median(&tps_reps), tps_reps, stddev_ts_reps: l.iter().map(|s| s.stddev_ts).collect() }
+                LlamaTest {
+                    tps_median: median(&tps_reps),
+                    tps_reps,
+                    stddev_ts_reps: l.iter().map(|s| s.stddev_ts).collect(),
+                }
             });
-            let ratio = llama_cpp.as_ref().filter(|l| l.tps_median > 0.0).map(|l| kiln.tps_median / l.tps_median);
-            TestReport { name: spec.name(), kind: spec.kind, n_tokens: spec.n, depth: spec.depth, kiln, llama_cpp, ratio }
+            let ratio = llama_cpp
+                .as_ref()
+                .filter(|l| l.tps_median > 0.0)
+                .map(|l| kiln.tps_median / l.tps_median);
+            TestReport {
+                name: spec.name(),
+                kind: spec.kind,
+                n_tokens: spec.n,
+                depth: spec.depth,
+                kiln,
+                llama_cpp,
+                ratio,
+            }
         })
         .collect();
     if let Some(info) = &mut llama_info {
@@ -459,7 +562,9 @@ fn sha256_and_size(path: &Path) -> Result<(String, u64)> {
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
             break;
         }

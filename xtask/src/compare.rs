@@ -51,11 +51,16 @@ fn argmax(v: &[f32]) -> (usize, f32, f32) {
 
 /// Logits of every position, decoding one token at a time.
 fn decode_all<B: Backend + 'static>(e: &Engine<B>, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-    let spec = e.model.config().kv_spec(tokens.len().next_power_of_two().max(64));
+    let spec = e
+        .model
+        .config()
+        .kv_spec(tokens.len().next_power_of_two().max(64));
     let mut cache = e.backend.kv_cache(&spec)?;
     let mut out = Vec::new();
     for (pos, &t) in tokens.iter().enumerate() {
-        let l = e.model.forward(&e.backend, &mut cache, &[t], pos, Logits::Last)?;
+        let l = e
+            .model
+            .forward(&e.backend, &mut cache, &[t], pos, Logits::Last)?;
         out.push(e.backend.read(&l)?);
     }
     Ok(out)
@@ -63,15 +68,32 @@ fn decode_all<B: Backend + 'static>(e: &Engine<B>, tokens: &[u32]) -> Result<Vec
 
 pub fn run(a: Args) -> Result<()> {
     let f32x = a.f32_activations;
-    let new_cpu = || if f32x { Cpu::new().with_f32_activations() } else { Cpu::new() };
+    let new_cpu = || {
+        if f32x {
+            Cpu::new().with_f32_activations()
+        } else {
+            Cpu::new()
+        }
+    };
     let mut cpu = Engine::load(new_cpu(), &a.model, Some(1024)).context("CPU backend")?;
     let new_cuda = || -> Result<Cuda> {
-        let c = if a.host_grid { Cuda::host::<policies::Hopper>() } else { Cuda::new(kiln::PTX_MODULES, 0)? };
+        let c = if a.host_grid {
+            Cuda::host::<policies::Hopper>()
+        } else {
+            Cuda::new(kiln::PTX_MODULES, 0)?
+        };
         Ok(if f32x { c.with_f32_activations() } else { c })
     };
     let gpu = Engine::load(new_cuda()?, &a.model, Some(1024)).context("CUDA backend")?;
     let lock = match a.lockstep {
-        Some(tol) => Some(Engine::load(Lockstep::new(new_cpu(), new_cuda()?, tol), &a.model, Some(1024)).context("lockstep")?),
+        Some(tol) => Some(
+            Engine::load(
+                Lockstep::new(new_cpu(), new_cuda()?, tol),
+                &a.model,
+                Some(1024),
+            )
+            .context("lockstep")?,
+        ),
         None => None,
     };
     let mut lock_failed = false;
@@ -80,7 +102,12 @@ pub fn run(a: Args) -> Result<()> {
     let mut wide_flips = 0;
     for p in &a.prompt {
         let prompt = cpu.tokenizer.encode(p, cpu.tokenizer.add_bos_default())?;
-        let params = GenParams { max_tokens: a.n, sampler: SamplerConfig::greedy(), stop: vec![], ignore_eos: true };
+        let params = GenParams {
+            max_tokens: a.n,
+            sampler: SamplerConfig::greedy(),
+            stop: vec![],
+            ignore_eos: true,
+        };
         cpu.reset();
         let g = cpu.generate(&prompt, &params, &mut |_| Ok(()))?;
         let seq: Vec<u32> = prompt.iter().chain(&g.tokens).copied().collect();
@@ -89,8 +116,17 @@ pub fn run(a: Args) -> Result<()> {
         if let Some(l) = &lock {
             decode_all(l, &seq)?;
             let r = l.backend.report();
-            let worst: Vec<String> = r.worst.iter().map(|(k, w)| format!("{k} {w:.1e}")).collect();
-            println!("  lockstep: {} ops, worst per op: {}; over tolerance: {}", r.ops, worst.join(", "), r.mismatches.len());
+            let worst: Vec<String> = r
+                .worst
+                .iter()
+                .map(|(k, w)| format!("{k} {w:.1e}"))
+                .collect();
+            println!(
+                "  lockstep: {} ops, worst per op: {}; over tolerance: {}",
+                r.ops,
+                worst.join(", "),
+                r.mismatches.len()
+            );
             for m in r.mismatches.iter().take(5) {
                 println!("    {m}");
             }
@@ -116,16 +152,33 @@ pub fn run(a: Args) -> Result<()> {
                 if c1 - c2 > 0.3 {
                     wide_flips += 1;
                 }
-                println!("  position {i}: argmax cpu {ac} vs cuda {ag}; cpu top-2 gap {:.4}", c1 - c2);
+                println!(
+                    "  position {i}: argmax cpu {ac} vs cuda {ag}; cpu top-2 gap {:.4}",
+                    c1 - c2
+                );
             }
         }
         worst_rel = worst_rel.max(prompt_worst);
         println!("  rel err by position: {}", per_pos.join(" "));
-        println!("{p:?}: {} positions, argmax agrees at {same}, max rel logit err {prompt_worst:.2e}", lc.len());
+        println!(
+            "{p:?}: {} positions, argmax agrees at {same}, max rel logit err {prompt_worst:.2e}",
+            lc.len()
+        );
     }
-    println!("overall: max rel logit err {worst_rel:.2e}; argmax flips {flips} (with CPU top-2 gap > 0.3: {wide_flips})");
-    ensure!(!lock_failed, "an op differs between the backends by more than the lockstep tolerance");
-    ensure!(worst_rel < 1e-2, "logits differ by more than 1e-2 relative (free-running; see the lockstep figures for per-op agreement)");
-    ensure!(wide_flips == 0, "an argmax flipped where the CPU's top two logits were more than 0.3 apart");
+    println!(
+        "overall: max rel logit err {worst_rel:.2e}; argmax flips {flips} (with CPU top-2 gap > 0.3: {wide_flips})"
+    );
+    ensure!(
+        !lock_failed,
+        "an op differs between the backends by more than the lockstep tolerance"
+    );
+    ensure!(
+        worst_rel < 1e-2,
+        "logits differ by more than 1e-2 relative (free-running; see the lockstep figures for per-op agreement)"
+    );
+    ensure!(
+        wide_flips == 0,
+        "an argmax flipped where the CPU's top two logits were more than 0.3 apart"
+    );
     Ok(())
 }

@@ -43,8 +43,12 @@ enum BenchWhat {
 fn main() {
     let cli = Cli::parse();
     let r: Result<()> = match cli.cmd {
-        Cmd::Bench { what: BenchWhat::Kernels(a) } => bench_kernels::run(a),
-        Cmd::Bench { what: BenchWhat::Model(a) } => bench_model::run(a),
+        Cmd::Bench {
+            what: BenchWhat::Kernels(a),
+        } => bench_kernels::run(a),
+        Cmd::Bench {
+            what: BenchWhat::Model(a),
+        } => bench_model::run(a),
         Cmd::GenModel(a) => gen_model::run(a),
         Cmd::CompareBackends(a) => compare::run(a),
     };

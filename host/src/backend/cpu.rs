@@ -33,12 +33,18 @@ impl Cpu {
     /// Matmuls keep activations in f32 instead of quantizing them to 8 bits (as llama.cpp
     /// does): slower, but the CUDA backend in the same mode agrees to float rounding.
     pub fn with_f32_activations(self) -> Self {
-        Cpu { f32_activations: true, ..self }
+        Cpu {
+            f32_activations: true,
+            ..self
+        }
     }
     /// Rounds as llama.cpp's CPU backend does, step for step ([`Numerics::Llama`]): the same
     /// logits, so the same greedy tokens; attention then accumulates in f16 and runs slower.
     pub fn with_llama_numerics(self) -> Self {
-        Cpu { numerics: Numerics::Llama, ..self }
+        Cpu {
+            numerics: Numerics::Llama,
+            ..self
+        }
     }
 }
 
@@ -51,11 +57,19 @@ pub struct CpuTensor {
 
 impl CpuTensor {
     pub fn new(data: Vec<f32>, rows: usize, cols: usize) -> Result<Self> {
-        ensure!(data.len() == rows * cols, "tensor data has {} elements, expected {rows}x{cols}", data.len());
+        ensure!(
+            data.len() == rows * cols,
+            "tensor data has {} elements, expected {rows}x{cols}",
+            data.len()
+        );
         Ok(CpuTensor { data, rows, cols })
     }
     fn zeros(rows: usize, cols: usize) -> Self {
-        CpuTensor { data: vec![0.0; rows * cols], rows, cols }
+        CpuTensor {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
     }
 }
 
@@ -86,10 +100,17 @@ impl CpuWeight {
         self.info.ggml_type
     }
     fn qmatrix(&self) -> QMatrix<'_> {
-        QMatrix { ty: self.ty(), data: self.bytes(), rows: self.rows, cols: self.cols }
+        QMatrix {
+            ty: self.ty(),
+            data: self.bytes(),
+            rows: self.rows,
+            cols: self.cols,
+        }
     }
     fn dense(&self) -> Result<&[f32]> {
-        self.dense.as_deref().with_context(|| format!("tensor {} is not a vector", self.info.name))
+        self.dense
+            .as_deref()
+            .with_context(|| format!("tensor {} is not a vector", self.info.name))
     }
 }
 
@@ -143,8 +164,15 @@ impl Backend for Cpu {
     }
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight> {
-        let info = file.tensor(name).with_context(|| format!("model has no tensor {name}"))?.clone();
-        let cols = *info.dims.first().with_context(|| format!("tensor {name} has no dimensions"))? as usize;
+        let info = file
+            .tensor(name)
+            .with_context(|| format!("model has no tensor {name}"))?
+            .clone();
+        let cols = *info
+            .dims
+            .first()
+            .with_context(|| format!("tensor {name} has no dimensions"))?
+            as usize;
         let rows = info.dims[1..].iter().product::<u64>() as usize;
         let expect = info.ggml_type.bytes_for((rows * cols) as u64);
         ensure!(
@@ -154,7 +182,13 @@ impl Backend for Cpu {
             info.dims,
             file.tensor_data(&info).len()
         );
-        let mut w = CpuWeight { file: file.clone(), info, rows, cols, dense: None };
+        let mut w = CpuWeight {
+            file: file.clone(),
+            info,
+            rows,
+            cols,
+            dense: None,
+        };
         if rows == 1 {
             let mut v = vec![0.0; cols];
             quant::dequantize_row(w.ty(), w.bytes(), &mut v)
@@ -203,18 +237,37 @@ impl Backend for Cpu {
     }
 
     fn rows(&self, x: &CpuTensor, start: usize, n: usize) -> Result<CpuTensor> {
-        ensure!(start + n <= x.rows, "rows {start}..{} of a {}-row tensor", start + n, x.rows);
-        CpuTensor::new(x.data[start * x.cols..(start + n) * x.cols].to_vec(), n, x.cols)
+        ensure!(
+            start + n <= x.rows,
+            "rows {start}..{} of a {}-row tensor",
+            start + n,
+            x.rows
+        );
+        CpuTensor::new(
+            x.data[start * x.cols..(start + n) * x.cols].to_vec(),
+            n,
+            x.cols,
+        )
     }
 
     fn embed(&self, table: &CpuWeight, ids: &[u32]) -> Result<CpuTensor> {
         let (ty, cols) = (table.ty(), table.cols);
-        let row_bytes = ty.bytes_for(cols as u64).context("embedding row is not whole blocks")? as usize;
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .context("embedding row is not whole blocks")? as usize;
         let mut out = CpuTensor::zeros(ids.len(), cols);
         for (&id, dst) in ids.iter().zip(out.data.chunks_exact_mut(cols)) {
             let id = id as usize;
-            ensure!(id < table.rows, "token id {id} is outside the vocabulary ({})", table.rows);
-            quant::dequantize_row(ty, &table.bytes()[id * row_bytes..(id + 1) * row_bytes], dst)?;
+            ensure!(
+                id < table.rows,
+                "token id {id} is outside the vocabulary ({})",
+                table.rows
+            );
+            quant::dequantize_row(
+                ty,
+                &table.bytes()[id * row_bytes..(id + 1) * row_bytes],
+                dst,
+            )?;
         }
         Ok(out)
     }
@@ -225,7 +278,13 @@ impl Backend for Cpu {
         if self.f32_activations {
             w.qmatrix().matmul_f32x(&x.data, x.rows, &mut y.data)?;
         } else {
-            quant::matmul_many(self.numerics, &[w.qmatrix()], &x.data, x.rows, &mut [&mut y.data])?;
+            quant::matmul_many(
+                self.numerics,
+                &[w.qmatrix()],
+                &x.data,
+                x.rows,
+                &mut [&mut y.data],
+            )?;
         }
         Ok(y)
     }
@@ -238,7 +297,10 @@ impl Backend for Cpu {
         for w in ws {
             check_width(x, w)?;
         }
-        let mut ys: Vec<CpuTensor> = ws.iter().map(|w| CpuTensor::zeros(x.rows, w.rows)).collect();
+        let mut ys: Vec<CpuTensor> = ws
+            .iter()
+            .map(|w| CpuTensor::zeros(x.rows, w.rows))
+            .collect();
         let ms: Vec<QMatrix> = ws.iter().map(|w| w.qmatrix()).collect();
         let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.data.as_mut_slice()).collect();
         quant::matmul_many(self.numerics, &ms, &x.data, x.rows, &mut outs)?;
@@ -253,14 +315,25 @@ impl Backend for Cpu {
         check_width(x, gate)?;
         check_width(x, up)?;
         let mut y = CpuTensor::zeros(x.rows, gate.rows);
-        quant::matmul_swiglu(self.numerics, &gate.qmatrix(), &up.qmatrix(), &x.data, x.rows, &mut y.data)?;
+        quant::matmul_swiglu(
+            self.numerics,
+            &gate.qmatrix(),
+            &up.qmatrix(),
+            &x.data,
+            x.rows,
+            &mut y.data,
+        )?;
         Ok(y)
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> Result<CpuTensor> {
         let scale = w.dense()?;
         let g = scale.len();
-        ensure!(g > 0 && x.cols.is_multiple_of(g), "rms_norm: {} columns in groups of {g}", x.cols);
+        ensure!(
+            g > 0 && x.cols.is_multiple_of(g),
+            "rms_norm: {} columns in groups of {g}",
+            x.cols
+        );
         let mut out = CpuTensor::zeros(x.rows, x.cols);
         let norm = |(src, dst): (&[f32], &mut [f32])| {
             let r = self.numerics.rms_scale(src, eps);
@@ -279,8 +352,15 @@ impl Backend for Cpu {
 
     fn rope(&self, x: &mut CpuTensor, pos: usize, rope: &Rope) -> Result<()> {
         let (hd, rd) = (rope.head_dim, rope.rot_dim);
-        ensure!(hd > 0 && x.cols.is_multiple_of(hd), "rope: {} columns is not whole heads of {hd}", x.cols);
-        ensure!(rd % 2 == 0 && rd <= hd, "rope: rotary dims {rd} must be even and <= {hd}");
+        ensure!(
+            hd > 0 && x.cols.is_multiple_of(hd),
+            "rope: {} columns is not whole heads of {hd}",
+            x.cols
+        );
+        ensure!(
+            rd % 2 == 0 && rd <= hd,
+            "rope: rotary dims {rd} must be even and <= {hd}"
+        );
         let half = rd / 2;
         let freqs = self.numerics.rope_freqs(rope.freq_base, rd);
         let cols = x.cols;
@@ -297,9 +377,15 @@ impl Backend for Cpu {
             }
         };
         if x.data.len() >= PAR_MIN {
-            x.data.par_chunks_exact_mut(cols).enumerate().for_each(rotate_row);
+            x.data
+                .par_chunks_exact_mut(cols)
+                .enumerate()
+                .for_each(rotate_row);
         } else {
-            x.data.chunks_exact_mut(cols).enumerate().for_each(rotate_row);
+            x.data
+                .chunks_exact_mut(cols)
+                .enumerate()
+                .for_each(rotate_row);
         }
         Ok(())
     }
@@ -309,9 +395,17 @@ impl Backend for Cpu {
         let mut out = CpuTensor::zeros(gate.rows, gate.cols);
         let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = self.numerics.silu_mul(g, u);
         if out.data.len() >= PAR_MIN {
-            out.data.par_iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
+            out.data
+                .par_iter_mut()
+                .zip(&gate.data)
+                .zip(&up.data)
+                .for_each(f);
         } else {
-            out.data.iter_mut().zip(&gate.data).zip(&up.data).for_each(f);
+            out.data
+                .iter_mut()
+                .zip(&gate.data)
+                .zip(&up.data)
+                .for_each(f);
         }
         Ok(out)
     }
@@ -334,7 +428,11 @@ impl Backend for Cpu {
     ) -> Result<CpuTensor> {
         let spec = cache.spec;
         let (n, hd, nkv) = (q.rows, attn.head_dim, attn.n_kv_head);
-        ensure!(layer < spec.n_layer, "attention: layer {layer} of a {}-layer cache", spec.n_layer);
+        ensure!(
+            layer < spec.n_layer,
+            "attention: layer {layer} of a {}-layer cache",
+            spec.n_layer
+        );
         ensure!(
             hd == spec.head_dim && nkv == spec.n_kv_head,
             "attention: {nkv} kv heads of {hd} do not match the cache"
@@ -344,16 +442,40 @@ impl Backend for Cpu {
             "attention: {} heads cannot share {nkv} kv heads",
             attn.n_head
         );
-        ensure!(q.cols == attn.n_head * hd, "attention: q has {} columns", q.cols);
-        ensure!(k.cols == nkv * hd && v.cols == nkv * hd, "attention: k/v have {} columns", k.cols);
-        ensure!(k.rows == n && v.rows == n, "attention: q, k, v row counts differ");
+        ensure!(
+            q.cols == attn.n_head * hd,
+            "attention: q has {} columns",
+            q.cols
+        );
+        ensure!(
+            k.cols == nkv * hd && v.cols == nkv * hd,
+            "attention: k/v have {} columns",
+            k.cols
+        );
+        ensure!(
+            k.rows == n && v.rows == n,
+            "attention: q, k, v row counts differ"
+        );
         if pos + n > spec.max_seq {
-            bail!("context full: positions up to {} exceed the {}-token KV cache", pos + n, spec.max_seq);
+            bail!(
+                "context full: positions up to {} exceed the {}-token KV cache",
+                pos + n,
+                spec.max_seq
+            );
         }
         attention::store(&mut cache.k[layer], k, pos, &spec);
         attention::store(&mut cache.v[layer], v, pos, &spec);
         let mut out = CpuTensor::zeros(n, q.cols);
-        attention::attend(&cache.k[layer], &cache.v[layer], q, &mut out, pos, attn, spec.max_seq, self.numerics);
+        attention::attend(
+            &cache.k[layer],
+            &cache.v[layer],
+            q,
+            &mut out,
+            pos,
+            attn,
+            spec.max_seq,
+            self.numerics,
+        );
         Ok(out)
     }
 }

@@ -86,7 +86,10 @@ impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
         let mapped = std::env::var("KILN_MAPPED_EMBEDDING").is_ok_and(|v| v == "1");
-        Ok(Cuda { mapped_tables: mapped, ..Self::on(Gpu::new(modules, ordinal)?)? })
+        Ok(Cuda {
+            mapped_tables: mapped,
+            ..Self::on(Gpu::new(modules, ordinal)?)?
+        })
     }
     /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
     /// kernel bodies, run on the CPU (slow; tests and debugging).
@@ -95,9 +98,25 @@ impl Cuda {
     }
     fn on(gpu: Gpu) -> Result<Self> {
         let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
-        let enabled = gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
-        let steps = Steps { buf, in_step: false, warm: HashSet::new(), graphs: HashMap::new(), vocab: None, enabled, failures: 0 };
-        Ok(Cuda { gpu: Rc::new(gpu), pool: Rc::default(), steps: RefCell::new(steps), argmax_bufs: RefCell::default(), f32_activations: false, mapped_tables: true })
+        let enabled =
+            gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let steps = Steps {
+            buf,
+            in_step: false,
+            warm: HashSet::new(),
+            graphs: HashMap::new(),
+            vocab: None,
+            enabled,
+            failures: 0,
+        };
+        Ok(Cuda {
+            gpu: Rc::new(gpu),
+            pool: Rc::default(),
+            steps: RefCell::new(steps),
+            argmax_bufs: RefCell::default(),
+            f32_activations: false,
+            mapped_tables: true,
+        })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
     /// host memory with `mapped` ([`Gpu::upload_mapped`]); f16/f32 always into device memory.
@@ -108,16 +127,31 @@ impl Cuda {
         let data = file.tensor_data(info);
         let gpu = &self.gpu;
         let storage = match info.ggml_type {
-            GgmlType::Q4_0 => split::<formats::Q4_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
-            GgmlType::Q4_1 => split::<formats::Q4_1>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
-            GgmlType::Q8_0 => split::<formats::Q8_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?,
+            GgmlType::Q4_0 => {
+                split::<formats::Q4_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?
+            }
+            GgmlType::Q4_1 => {
+                split::<formats::Q4_1>(gpu, info.ggml_type, data, rows, cols, name, mapped)?
+            }
+            GgmlType::Q8_0 => {
+                split::<formats::Q8_0>(gpu, info.ggml_type, data, rows, cols, name, mapped)?
+            }
             GgmlType::F16 => {
-                ensure!(cols % 8 == 0, "tensor {name}: f16 rows of {cols} are not a multiple of 8");
-                let v: Vec<u16> = data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+                ensure!(
+                    cols % 8 == 0,
+                    "tensor {name}: f16 rows of {cols} are not a multiple of 8"
+                );
+                let v: Vec<u16> = data
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect();
                 Storage::F16(gpu.upload(&v)?)
             }
             GgmlType::F32 => {
-                let v: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let v: Vec<f32> = data
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
                 Storage::F32(gpu.upload(&v)?)
             }
             other => bail!(
@@ -125,7 +159,12 @@ impl Cuda {
                 other.name()
             ),
         };
-        Ok(CudaWeight { name: name.to_string(), storage, rows, cols })
+        Ok(CudaWeight {
+            name: name.to_string(),
+            storage,
+            rows,
+            cols,
+        })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -142,16 +181,27 @@ impl Cuda {
         let n = (rows * cols).max(1);
         let mut guard = self.pool.borrow_mut();
         let st = &mut *guard;
-        let reused = st.recording.as_mut().and_then(|r| r.get_mut(&n).and_then(Vec::pop));
+        let reused = st
+            .recording
+            .as_mut()
+            .and_then(|r| r.get_mut(&n).and_then(Vec::pop));
         let buf = match reused.or_else(|| st.free.get_mut(&n).and_then(Vec::pop)) {
             Some(b) => b,
-            None if st.recording.is_some() => bail!("recording a step needs a new buffer of {n} values"),
+            None if st.recording.is_some() => {
+                bail!("recording a step needs a new buffer of {n} values")
+            }
             None => {
                 drop(guard);
                 self.gpu.alloc::<f32>(n)?
             }
         };
-        Ok(CudaTensor { buf: Some(buf), rows, cols, pool: self.pool.clone(), q8: None })
+        Ok(CudaTensor {
+            buf: Some(buf),
+            rows,
+            cols,
+            pool: self.pool.clone(),
+            q8: None,
+        })
     }
 
     /// Puts `values` at `at` of the step buffer unless a step already did (then they are there).
@@ -159,7 +209,9 @@ impl Cuda {
         let mut st = self.steps.borrow_mut();
         if !st.in_step {
             if at + values.len() > st.buf.len() {
-                st.buf = self.gpu.alloc::<u32>((at + values.len()).next_power_of_two())?;
+                st.buf = self
+                    .gpu
+                    .alloc::<u32>((at + values.len()).next_power_of_two())?;
             }
             self.gpu.write_at(&mut st.buf, at, values)?;
         }
@@ -172,18 +224,49 @@ impl Cuda {
 
     /// Split-KV attention of `q` over `layer` of the cache (already holding this step's keys
     /// and values): pass 1 into a scratch of partials, pass 2 into the output.
-    fn attend_cached(&self, cache: &CudaKvCache, layer: usize, q: &CudaTensor, pos_d: Arg, attn: &Attention) -> Result<CudaTensor> {
+    fn attend_cached(
+        &self,
+        cache: &CudaKvCache,
+        layer: usize,
+        q: &CudaTensor,
+        pos_d: Arg,
+        attn: &Attention,
+    ) -> Result<CudaTensor> {
         let sh = self.gpu.shapes();
-        let (heads, kv_heads, head_dim) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?, to_u32(attn.head_dim, "head_dim")?);
-        let (tokens, max_ctx) = (to_u32(q.rows, "tokens")?, to_u32(cache.spec.max_seq, "context")?);
+        let (heads, kv_heads, head_dim) = (
+            to_u32(attn.n_head, "heads")?,
+            to_u32(attn.n_kv_head, "kv heads")?,
+            to_u32(attn.head_dim, "head_dim")?,
+        );
+        let (tokens, max_ctx) = (
+            to_u32(q.rows, "tokens")?,
+            to_u32(cache.spec.max_seq, "context")?,
+        );
         // Prefill chunks: tensor-core attention, K/V read once per 64 tokens instead of once
         // per token. Its f16 operands are for the default mode; f32-activation mode keeps the
         // f32 split-KV kernels.
         if tokens >= FLASH_MIN_TOKENS && flash::flash_supports(head_dim) && !self.f32_activations {
             let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
-            let args = [q.arg(), cache.k[layer].arg(), cache.v[layer].arg(), out.arg(), pos_d, Arg::U32(tokens)];
-            let shape = [Arg::U32(heads), Arg::U32(kv_heads), Arg::U32(head_dim), Arg::U32(max_ctx), Arg::F32(attn.scale)];
-            self.gpu.launch(names::kiln_flash_prefill, sh.flash_prefill(heads, head_dim, tokens), &[&args[..], &shape[..]].concat())?;
+            let args = [
+                q.arg(),
+                cache.k[layer].arg(),
+                cache.v[layer].arg(),
+                out.arg(),
+                pos_d,
+                Arg::U32(tokens),
+            ];
+            let shape = [
+                Arg::U32(heads),
+                Arg::U32(kv_heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
+                Arg::F32(attn.scale),
+            ];
+            self.gpu.launch(
+                names::kiln_flash_prefill,
+                sh.flash_prefill(heads, head_dim, tokens),
+                &[&args[..], &shape[..]].concat(),
+            )?;
             return Ok(out);
         }
         let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
@@ -205,12 +288,27 @@ impl Cuda {
         )?;
         let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
         // The output projection reads Q8_1 activations: emit them here (not in f32 mode).
-        let q8 = if self.f32_activations { None } else { Some(self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?) };
-        let (xq, xds) = q8.as_ref().map_or((Arg::Ptr(0), Arg::Ptr(0)), |(a, b)| (a.arg(), b.arg()));
+        let q8 = if self.f32_activations {
+            None
+        } else {
+            Some(self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?)
+        };
+        let (xq, xds) = q8
+            .as_ref()
+            .map_or((Arg::Ptr(0), Arg::Ptr(0)), |(a, b)| (a.arg(), b.arg()));
         self.gpu.launch(
             names::kiln_attention_combine,
             sh.attention_combine(heads, head_dim, tokens),
-            &[scratch.arg(), out.arg(), xq, xds, pos_d, Arg::U32(heads), Arg::U32(head_dim), Arg::U32(max_ctx)],
+            &[
+                scratch.arg(),
+                out.arg(),
+                xq,
+                xds,
+                pos_d,
+                Arg::U32(heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
+            ],
         )?;
         out.q8 = q8.map(Box::new);
         Ok(out)
@@ -219,33 +317,96 @@ impl Cuda {
     /// The split-format mat-vec over `n` rows of Q8_1 activations `x` = (`xq`, `xds`): `y = x·wᵀ`,
     /// or `y += x·wᵀ` with `acc`. One resident wave, grid-striding over the row groups.
     #[allow(clippy::too_many_arguments)]
-    fn launch_matvec(&self, ty: GgmlType, qs: &DBuf<u8>, scales: &DBuf<u8>, w: &CudaWeight, n: u32, x: (Arg, Arg), y: Arg, acc: bool) -> Result<()> {
+    fn launch_matvec(
+        &self,
+        ty: GgmlType,
+        qs: &DBuf<u8>,
+        scales: &DBuf<u8>,
+        w: &CudaWeight,
+        n: u32,
+        x: (Arg, Arg),
+        y: Arg,
+        acc: bool,
+    ) -> Result<()> {
         let k = match ty {
             GgmlType::Q4_0 => names::kiln_matvec_q4_0,
             GgmlType::Q4_1 => names::kiln_matvec_q4_1,
             _ => names::kiln_matvec_q8_0,
         };
-        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_resident(w.rows as u32, n, self.gpu.sm_count()));
+        let dims = self.gpu.one_wave(
+            k,
+            self.gpu
+                .shapes()
+                .matvec_resident(w.rows as u32, n, self.gpu.sm_count()),
+        );
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.0, x.1, y, rows, cols, Arg::U32(u32::from(acc))])
+        self.gpu.launch(
+            k,
+            dims,
+            &[
+                qs.arg(),
+                scales.arg(),
+                x.0,
+                x.1,
+                y,
+                rows,
+                cols,
+                Arg::U32(u32::from(acc)),
+            ],
+        )
     }
 
     /// The tensor-core GEMM `y = x·wᵀ` (or `y +=` with `acc`) over `x` rounded to f16.
     #[allow(clippy::too_many_arguments)]
-    fn launch_gemm(&self, ty: GgmlType, qs: &DBuf<u8>, scales: &DBuf<u8>, w: &CudaWeight, x: &CudaTensor, y: Arg, acc: bool) -> Result<()> {
+    fn launch_gemm(
+        &self,
+        ty: GgmlType,
+        qs: &DBuf<u8>,
+        scales: &DBuf<u8>,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        y: Arg,
+        acc: bool,
+    ) -> Result<()> {
         let (k, qs_words) = match ty {
             GgmlType::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS),
             GgmlType::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS),
             _ => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS),
         };
-        ensure!(x.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", x.cols, w.name, w.cols);
+        ensure!(
+            x.cols == w.cols && w.cols.is_multiple_of(32),
+            "matmul: activations have {} columns, {} has {}",
+            x.cols,
+            w.name,
+            w.cols
+        );
         let n = u32_arg(x.rows, "tokens")?;
         let h = self.tensor(x.rows, x.cols / 2)?; // f16 pairs, one per f32 slot
         let pairs = to_u32(x.len() / 2, "activation elements")?;
-        self.gpu.launch(names::kiln_to_f16, self.gpu.shapes().flat(pairs), &[x.arg(), h.arg(), Arg::U32(pairs)])?;
-        let dims = self.gpu.shapes().mma(w.rows as u32, x.rows as u32, qs_words as u32);
+        self.gpu.launch(
+            names::kiln_to_f16,
+            self.gpu.shapes().flat(pairs),
+            &[x.arg(), h.arg(), Arg::U32(pairs)],
+        )?;
+        let dims = self
+            .gpu
+            .shapes()
+            .mma(w.rows as u32, x.rows as u32, qs_words as u32);
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), h.arg(), y, rows, cols, n, Arg::U32(u32::from(acc))])
+        self.gpu.launch(
+            k,
+            dims,
+            &[
+                qs.arg(),
+                scales.arg(),
+                h.arg(),
+                y,
+                rows,
+                cols,
+                n,
+                Arg::U32(u32::from(acc)),
+            ],
+        )
     }
 
     /// `x += a·wᵀ` through a fresh output (the f32-activation and f16 paths, which do not
@@ -261,10 +422,18 @@ impl Cuda {
         if let Some(q) = &x.q8 {
             return f(q.0.arg(), q.1.arg());
         }
-        ensure!(x.cols % 32 == 0, "quantized matmul: {} columns are not whole 32-blocks", x.cols);
+        ensure!(
+            x.cols % 32 == 0,
+            "quantized matmul: {} columns are not whole 32-blocks",
+            x.cols
+        );
         let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
         let sh = self.gpu.shapes();
-        self.gpu.launch(names::kiln_quantize_q8_1, sh.quantize_q8_1(x.cols as u32, x.rows as u32), &[x.arg(), xq.arg(), xds.arg(), Arg::U32(x.cols as u32)])?;
+        self.gpu.launch(
+            names::kiln_quantize_q8_1,
+            sh.quantize_q8_1(x.cols as u32, x.rows as u32),
+            &[x.arg(), xq.arg(), xds.arg(), Arg::U32(x.cols as u32)],
+        )?;
         f(xq.arg(), xds.arg())
     }
     /// Buffers for Q8_1 activations of `rows × cols`: i8 codes (4 per f32 slot) and (d, d·Σq)
@@ -321,7 +490,11 @@ impl Shape for CudaTensor {
 
 enum Storage {
     /// 32-element block formats, split into a quants plane and a scales plane.
-    Split { ty: GgmlType, qs: DBuf<u8>, scales: DBuf<u8> },
+    Split {
+        ty: GgmlType,
+        qs: DBuf<u8>,
+        scales: DBuf<u8>,
+    },
     F16(DBuf<u16>),
     F32(DBuf<f32>),
 }
@@ -352,14 +525,32 @@ pub struct CudaKvCache {
 
 /// A GGUF tensor's blocks as the split quants and scales planes, uploaded to device memory or,
 /// with `mapped`, to mapped host memory ([`Gpu::upload_mapped`]).
-fn split<F: SplitFormat>(gpu: &Gpu, ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str, mapped: bool) -> Result<Storage> {
+fn split<F: SplitFormat>(
+    gpu: &Gpu,
+    ty: GgmlType,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    name: &str,
+    mapped: bool,
+) -> Result<Storage> {
     let (qs, scales) = split_planes::<F>(ty, data, rows, cols, name)?;
-    let (qs, scales) = if mapped { (gpu.upload_mapped(&qs)?, gpu.upload_mapped(&scales)?) } else { (gpu.upload(&qs)?, gpu.upload(&scales)?) };
+    let (qs, scales) = if mapped {
+        (gpu.upload_mapped(&qs)?, gpu.upload_mapped(&scales)?)
+    } else {
+        (gpu.upload(&qs)?, gpu.upload(&scales)?)
+    };
     Ok(Storage::Split { ty, qs, scales })
 }
 
 /// A GGUF tensor's blocks as the split quants and scales planes.
-fn split_planes<F: SplitFormat>(ty: GgmlType, data: &[u8], rows: usize, cols: usize, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+fn split_planes<F: SplitFormat>(
+    ty: GgmlType,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    name: &str,
+) -> Result<(Vec<u8>, Vec<u8>)> {
     let (qb, sb) = formats::split_plane_bytes::<F>(rows, cols);
     let (mut qs, mut scales) = (vec![0u8; qb], vec![0u8; sb]);
     ensure!(
@@ -373,22 +564,54 @@ fn split_planes<F: SplitFormat>(ty: GgmlType, data: &[u8], rows: usize, cols: us
 
 /// The shapes an attention step needs: cache layer and room, head layout the kernels take,
 /// and q/k/v widths. Returns the cache's spec.
-fn check_attention(cache: &CudaKvCache, layer: usize, q: &CudaTensor, k: &CudaTensor, v: &CudaTensor, pos: usize, attn: &Attention) -> Result<KvSpec> {
+fn check_attention(
+    cache: &CudaKvCache,
+    layer: usize,
+    q: &CudaTensor,
+    k: &CudaTensor,
+    v: &CudaTensor,
+    pos: usize,
+    attn: &Attention,
+) -> Result<KvSpec> {
     let spec = cache.spec;
     let n = q.rows;
-    ensure!(layer < spec.n_layer, "attention: layer {layer} of {}", spec.n_layer);
-    ensure!(pos + n <= spec.max_seq, "context full: position {} exceeds the cache of {} tokens", pos + n, spec.max_seq);
+    ensure!(
+        layer < spec.n_layer,
+        "attention: layer {layer} of {}",
+        spec.n_layer
+    );
+    ensure!(
+        pos + n <= spec.max_seq,
+        "context full: position {} exceeds the cache of {} tokens",
+        pos + n,
+        spec.max_seq
+    );
     ensure!(
         attn.head_dim.is_multiple_of(32) && attn.head_dim <= MAX_HEAD_DIM as usize,
         "head_dim {} unsupported on the GPU (multiple of 32, ≤ {MAX_HEAD_DIM})",
         attn.head_dim
     );
-    ensure!(attn.head_dim == spec.head_dim && attn.n_kv_head == spec.n_kv_head, "attention: heads do not match the cache's");
+    ensure!(
+        attn.head_dim == spec.head_dim && attn.n_kv_head == spec.n_kv_head,
+        "attention: heads do not match the cache's"
+    );
     let kv_width = spec.n_kv_head * spec.head_dim;
     ensure!(
-        q.cols == attn.n_head * attn.head_dim && k.rows == n && v.rows == n && k.cols == kv_width && v.cols == kv_width,
+        q.cols == attn.n_head * attn.head_dim
+            && k.rows == n
+            && v.rows == n
+            && k.cols == kv_width
+            && v.cols == kv_width,
         "attention: q is {}x{}, k {}x{}, v {}x{} for {} heads and {} KV heads of {}",
-        q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, attn.n_head, attn.n_kv_head, attn.head_dim
+        q.rows,
+        q.cols,
+        k.rows,
+        k.cols,
+        v.rows,
+        v.cols,
+        attn.n_head,
+        attn.n_kv_head,
+        attn.head_dim
     );
     Ok(spec)
 }
@@ -435,13 +658,23 @@ impl Backend for Cuda {
             v.push(self.gpu.alloc::<u16>(per_layer)?);
         }
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        Ok(CudaKvCache { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), k, v, spec: *spec })
+        Ok(CudaKvCache {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            k,
+            v,
+            spec: *spec,
+        })
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<CudaTensor> {
-        ensure!(data.len() == rows * cols, "upload of {} values as {rows}x{cols}", data.len());
+        ensure!(
+            data.len() == rows * cols,
+            "upload of {} values as {rows}x{cols}",
+            data.len()
+        );
         let mut t = self.tensor(rows, cols)?;
-        self.gpu.write(t.buf.as_mut().expect("fresh buffer"), data)?;
+        self.gpu
+            .write(t.buf.as_mut().expect("fresh buffer"), data)?;
         Ok(t)
     }
 
@@ -454,25 +687,49 @@ impl Backend for Cuda {
         let (sh, cols) = (self.gpu.shapes(), to_u32(x.cols, "argmax width")?);
         let (rows, parts) = (to_u32(x.rows, "argmax rows")?, sh.argmax_parts(cols));
         let mut slot = self.argmax_bufs.borrow_mut();
-        if slot.as_ref().is_none_or(|(p, o)| o.len() < x.rows || p.len() < 2 * (rows * parts) as usize) {
-            *slot = Some((self.gpu.alloc::<u32>(2 * (rows * parts) as usize)?, self.gpu.alloc::<u32>(x.rows)?));
+        if slot
+            .as_ref()
+            .is_none_or(|(p, o)| o.len() < x.rows || p.len() < 2 * (rows * parts) as usize)
+        {
+            *slot = Some((
+                self.gpu.alloc::<u32>(2 * (rows * parts) as usize)?,
+                self.gpu.alloc::<u32>(x.rows)?,
+            ));
         }
         let (part, out) = slot.as_ref().expect("allocated above");
-        self.gpu.launch(names::kiln_argmax_blocks, sh.argmax_blocks(rows, cols), &[x.arg(), part.arg(), Arg::U32(cols)])?;
-        self.gpu.launch(names::kiln_argmax_merge, sh.argmax_merge(rows), &[part.arg(), out.arg(), Arg::U32(parts)])?;
+        self.gpu.launch(
+            names::kiln_argmax_blocks,
+            sh.argmax_blocks(rows, cols),
+            &[x.arg(), part.arg(), Arg::U32(cols)],
+        )?;
+        self.gpu.launch(
+            names::kiln_argmax_merge,
+            sh.argmax_merge(rows),
+            &[part.arg(), out.arg(), Arg::U32(parts)],
+        )?;
         self.gpu.download_prefix(out, x.rows)
     }
 
     fn rows(&self, x: &CudaTensor, start: usize, n: usize) -> Result<CudaTensor> {
-        ensure!(start + n <= x.rows, "rows {start}..{} of a {}-row tensor", start + n, x.rows);
+        ensure!(
+            start + n <= x.rows,
+            "rows {start}..{} of a {}-row tensor",
+            start + n,
+            x.rows
+        );
         let t = self.tensor(n, x.cols)?;
-        self.gpu.copy_range(x.buf(), start * x.cols, t.buf(), 0, n * x.cols)?;
+        self.gpu
+            .copy_range(x.buf(), start * x.cols, t.buf(), 0, n * x.cols)?;
         Ok(t)
     }
 
     fn embed(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor> {
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
-            bail!("token id {bad} is outside the vocabulary of {} ({} rows)", table.name, table.rows);
+            bail!(
+                "token id {bad} is outside the vocabulary of {} ({} rows)",
+                table.name,
+                table.rows
+            );
         }
         let ids_d = self.step_arg(1, ids)?;
         {
@@ -484,7 +741,10 @@ impl Backend for Cuda {
         let out = self.tensor(ids.len(), table.cols)?;
         let threads = ids.len() * table.cols;
         let dims = self.gpu.shapes().flat(threads as u32);
-        let (cols, threads) = (u32_arg(table.cols, "embedding width")?, u32_arg(threads, "embedding size")?);
+        let (cols, threads) = (
+            u32_arg(table.cols, "embedding width")?,
+            u32_arg(threads, "embedding size")?,
+        );
         match &table.storage {
             Storage::Split { ty, qs, scales } => {
                 let k = match ty {
@@ -492,19 +752,40 @@ impl Backend for Cuda {
                     GgmlType::Q4_1 => names::kiln_embed_q4_1,
                     _ => names::kiln_embed_q8_0,
                 };
-                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), ids_d, out.arg(), cols, threads])?
+                self.gpu.launch(
+                    k,
+                    dims,
+                    &[qs.arg(), scales.arg(), ids_d, out.arg(), cols, threads],
+                )?
             }
-            Storage::F16(w) => self.gpu.launch(names::kiln_embed_f16, dims, &[w.arg(), ids_d, out.arg(), cols, threads])?,
-            Storage::F32(_) => bail!("tensor {}: f32 embedding tables are not supported by the CUDA backend", table.name),
+            Storage::F16(w) => self.gpu.launch(
+                names::kiln_embed_f16,
+                dims,
+                &[w.arg(), ids_d, out.arg(), cols, threads],
+            )?,
+            Storage::F32(_) => bail!(
+                "tensor {}: f32 embedding tables are not supported by the CUDA backend",
+                table.name
+            ),
         }
         Ok(out)
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
-        ensure!(x.cols == w.cols, "matmul: activations have {} columns, {} has {}", x.cols, w.name, w.cols);
+        ensure!(
+            x.cols == w.cols,
+            "matmul: activations have {} columns, {} has {}",
+            x.cols,
+            w.name,
+            w.cols
+        );
         let out = self.tensor(x.rows, w.rows)?;
         let sh = self.gpu.shapes();
-        let (rows, cols, n) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?, x.rows as u32);
+        let (rows, cols, n) = (
+            u32_arg(w.rows, "rows")?,
+            u32_arg(w.cols, "cols")?,
+            x.rows as u32,
+        );
         match &w.storage {
             Storage::Split { ty, qs, scales } if self.f32_activations => {
                 let k = match ty {
@@ -512,28 +793,56 @@ impl Backend for Cuda {
                     GgmlType::Q4_1 => names::kiln_matvec_f32x_q4_1,
                     _ => names::kiln_matvec_f32x_q8_0,
                 };
-                let dims = self.gpu.one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
-                self.gpu.launch(k, dims, &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols])?;
+                let dims = self
+                    .gpu
+                    .one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
+                self.gpu.launch(
+                    k,
+                    dims,
+                    &[qs.arg(), scales.arg(), x.arg(), out.arg(), rows, cols],
+                )?;
             }
             Storage::Split { ty, qs, scales } => {
-                ensure!(w.cols.is_multiple_of(32), "tensor {}: rows of {} are not whole 32-blocks", w.name, w.cols);
+                ensure!(
+                    w.cols.is_multiple_of(32),
+                    "tensor {}: rows of {} are not whole 32-blocks",
+                    w.name,
+                    w.cols
+                );
                 // Prefill: the tensor-core GEMM reads the weights once per token tile; the
                 // mat-vec reads them once per token, which only pays for a few tokens.
                 if n >= sh.gemm_min_tokens() {
                     self.launch_gemm(*ty, qs, scales, w, x, out.arg(), false)?;
                 } else {
-                    self.with_q8(x, |xq, xds| self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false))?;
+                    self.with_q8(x, |xq, xds| {
+                        self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false)
+                    })?;
                 }
             }
-            Storage::F16(wd) => self.gpu.launch(names::kiln_matvec_f16, sh.matvec(w.rows as u32, n), &[wd.arg(), x.arg(), out.arg(), rows, cols])?,
-            Storage::F32(_) => bail!("tensor {}: f32 weight matrices are not supported by the CUDA backend", w.name),
+            Storage::F16(wd) => self.gpu.launch(
+                names::kiln_matvec_f16,
+                sh.matvec(w.rows as u32, n),
+                &[wd.arg(), x.arg(), out.arg(), rows, cols],
+            )?,
+            Storage::F32(_) => bail!(
+                "tensor {}: f32 weight matrices are not supported by the CUDA backend",
+                w.name
+            ),
         }
         Ok(out)
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
-        let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
-        ensure!(x.cols % w.cols == 0, "norm {}: {} columns are not groups of {}", w.name, x.cols, w.cols);
+        let Storage::F32(wd) = &w.storage else {
+            bail!("norm weight {} must be f32", w.name)
+        };
+        ensure!(
+            x.cols % w.cols == 0,
+            "norm {}: {} columns are not groups of {}",
+            w.name,
+            x.cols,
+            w.cols
+        );
         let mut out = self.tensor(x.rows, x.cols)?;
         let groups = x.len() / w.cols;
         let cols = u32_arg(w.cols, "norm width")?;
@@ -541,18 +850,52 @@ impl Backend for Cuda {
             // A whole-row norm feeds a quantized projection: emit its Q8_1 blocks as well.
             let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
             let dims = self.gpu.shapes().norm_q8(x.rows as u32, w.cols as u32);
-            self.gpu.launch(names::kiln_rms_norm_q8, dims, &[x.arg(), wd.arg(), out.arg(), xq.arg(), xds.arg(), cols, Arg::F32(eps)])?;
+            self.gpu.launch(
+                names::kiln_rms_norm_q8,
+                dims,
+                &[
+                    x.arg(),
+                    wd.arg(),
+                    out.arg(),
+                    xq.arg(),
+                    xds.arg(),
+                    cols,
+                    Arg::F32(eps),
+                ],
+            )?;
             out.q8 = Some(Box::new((xq, xds)));
         } else {
-            self.gpu.launch(names::kiln_rms_norm, self.gpu.shapes().per_row(groups as u32), &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)])?;
+            self.gpu.launch(
+                names::kiln_rms_norm,
+                self.gpu.shapes().per_row(groups as u32),
+                &[x.arg(), wd.arg(), out.arg(), cols, Arg::F32(eps)],
+            )?;
         }
         Ok(out)
     }
 
-    fn rms_norm_rope(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, pos: usize, rope: &Rope) -> Result<CudaTensor> {
-        let Storage::F32(wd) = &w.storage else { bail!("norm weight {} must be f32", w.name) };
-        ensure!(w.cols == rope.head_dim && x.cols % rope.head_dim == 0, "norm {}: {} wide, heads are {}", w.name, w.cols, rope.head_dim);
-        ensure!(rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim, "rope: bad head layout");
+    fn rms_norm_rope(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        eps: f32,
+        pos: usize,
+        rope: &Rope,
+    ) -> Result<CudaTensor> {
+        let Storage::F32(wd) = &w.storage else {
+            bail!("norm weight {} must be f32", w.name)
+        };
+        ensure!(
+            w.cols == rope.head_dim && x.cols % rope.head_dim == 0,
+            "norm {}: {} wide, heads are {}",
+            w.name,
+            w.cols,
+            rope.head_dim
+        );
+        ensure!(
+            rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim,
+            "rope: bad head layout"
+        );
         let out = self.tensor(x.rows, x.cols)?;
         let heads = x.cols / rope.head_dim;
         self.gpu.launch(
@@ -575,7 +918,10 @@ impl Backend for Cuda {
     }
 
     fn rope(&self, x: &mut CudaTensor, pos: usize, rope: &Rope) -> Result<()> {
-        ensure!(x.cols % rope.head_dim == 0 && rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim, "rope: bad head layout");
+        ensure!(
+            x.cols % rope.head_dim == 0 && rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim,
+            "rope: bad head layout"
+        );
         let heads = x.cols / rope.head_dim;
         let threads = x.rows * heads * rope.rot_dim / 2;
         let neox = u32::from(rope.style == RopeStyle::Neox);
@@ -597,10 +943,17 @@ impl Backend for Cuda {
     }
 
     fn swiglu(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
-        ensure!(gate.rows == up.rows && gate.cols == up.cols, "swiglu: shapes differ");
+        ensure!(
+            gate.rows == up.rows && gate.cols == up.cols,
+            "swiglu: shapes differ"
+        );
         let out = self.tensor(gate.rows, gate.cols)?;
         let n = gate.len();
-        self.gpu.launch(names::kiln_swiglu, self.gpu.shapes().flat(n as u32), &[gate.arg(), up.arg(), out.arg(), u32_arg(n, "len")?])?;
+        self.gpu.launch(
+            names::kiln_swiglu,
+            self.gpu.shapes().flat(n as u32),
+            &[gate.arg(), up.arg(), out.arg(), u32_arg(n, "len")?],
+        )?;
         Ok(out)
     }
 
@@ -608,7 +961,11 @@ impl Backend for Cuda {
         ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
         let n = x.len();
         x.q8 = None;
-        self.gpu.launch(names::kiln_add_assign, self.gpu.shapes().flat(n as u32), &[x.arg(), y.arg(), u32_arg(n, "len")?])
+        self.gpu.launch(
+            names::kiln_add_assign,
+            self.gpu.shapes().flat(n as u32),
+            &[x.arg(), y.arg(), u32_arg(n, "len")?],
+        )
     }
 
     fn attention(
@@ -655,22 +1012,40 @@ impl Backend for Cuda {
         attn: &Attention,
     ) -> Result<CudaTensor> {
         let spec = check_attention(cache, layer, &q, &k, v, pos, attn)?;
-        ensure!(rope.head_dim == attn.head_dim && rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim, "rope: bad head layout");
+        ensure!(
+            rope.head_dim == attn.head_dim
+                && rope.rot_dim % 2 == 0
+                && rope.rot_dim <= rope.head_dim,
+            "rope: bad head layout"
+        );
         let (norms, eps) = match qk_norm {
             Some((qn, kn, eps)) => {
-                let (Storage::F32(qw), Storage::F32(kw)) = (&qn.storage, &kn.storage) else { bail!("norm weights {}, {} must be f32", qn.name, kn.name) };
-                ensure!(qn.cols == attn.head_dim && kn.cols == attn.head_dim, "norm {}: {} wide, heads are {}", qn.name, qn.cols, attn.head_dim);
+                let (Storage::F32(qw), Storage::F32(kw)) = (&qn.storage, &kn.storage) else {
+                    bail!("norm weights {}, {} must be f32", qn.name, kn.name)
+                };
+                ensure!(
+                    qn.cols == attn.head_dim && kn.cols == attn.head_dim,
+                    "norm {}: {} wide, heads are {}",
+                    qn.name,
+                    qn.cols,
+                    attn.head_dim
+                );
                 (Some((qw.arg(), kw.arg())), eps)
             }
             None => (None, 0.0),
         };
         let pos_d = self.pos_arg(pos)?;
-        let (heads, kv_heads) = (to_u32(attn.n_head, "heads")?, to_u32(attn.n_kv_head, "kv heads")?);
+        let (heads, kv_heads) = (
+            to_u32(attn.n_head, "heads")?,
+            to_u32(attn.n_kv_head, "kv heads")?,
+        );
         let q_out = self.tensor(q.rows, q.cols)?;
         let (qw, kw) = norms.unwrap_or((Arg::Ptr(0), Arg::Ptr(0)));
         self.gpu.launch(
             names::kiln_rope_store,
-            self.gpu.shapes().rope_store(heads, kv_heads, to_u32(q.rows, "tokens")?),
+            self.gpu
+                .shapes()
+                .rope_store(heads, kv_heads, to_u32(q.rows, "tokens")?),
             &[
                 q.arg(),
                 k.arg(),
@@ -696,30 +1071,61 @@ impl Backend for Cuda {
     }
 
     fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
-        let Storage::Split { ty, qs, scales } = &w.storage else { return self.add_matmul_output(x, a, w) };
+        let Storage::Split { ty, qs, scales } = &w.storage else {
+            return self.add_matmul_output(x, a, w);
+        };
         if self.f32_activations {
             return self.add_matmul_output(x, a, w);
         }
-        ensure!(a.cols == w.cols && w.cols.is_multiple_of(32), "matmul: activations have {} columns, {} has {}", a.cols, w.name, w.cols);
-        ensure!(x.rows == a.rows && x.cols == w.rows, "matmul_add: residual is {}x{}, {} gives {}x{}", x.rows, x.cols, w.name, a.rows, w.rows);
+        ensure!(
+            a.cols == w.cols && w.cols.is_multiple_of(32),
+            "matmul: activations have {} columns, {} has {}",
+            a.cols,
+            w.name,
+            w.cols
+        );
+        ensure!(
+            x.rows == a.rows && x.cols == w.rows,
+            "matmul_add: residual is {}x{}, {} gives {}x{}",
+            x.rows,
+            x.cols,
+            w.name,
+            a.rows,
+            w.rows
+        );
         x.q8 = None;
         if a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
             return self.launch_gemm(*ty, qs, scales, w, a, x.arg(), true);
         }
-        self.with_q8(a, |xq, xds| self.launch_matvec(*ty, qs, scales, w, a.rows as u32, (xq, xds), x.arg(), true))
+        self.with_q8(a, |xq, xds| {
+            self.launch_matvec(*ty, qs, scales, w, a.rows as u32, (xq, xds), x.arg(), true)
+        })
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
-        let Some((ty, parts)) = split_parts(ws).filter(|_| x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len()) && !self.f32_activations) else {
+        let Some((ty, parts)) = split_parts(ws).filter(|_| {
+            x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len()) && !self.f32_activations
+        }) else {
             return ws.iter().map(|w| self.matmul(x, w)).collect();
         };
         let w0 = ws[0];
-        ensure!(ws.iter().all(|w| w.cols == x.cols), "matmul_many: activations have {} columns, {} has {}", x.cols, w0.name, w0.cols);
-        let outs = ws.iter().map(|w| self.tensor(x.rows, w.rows)).collect::<Result<Vec<_>>>()?;
+        ensure!(
+            ws.iter().all(|w| w.cols == x.cols),
+            "matmul_many: activations have {} columns, {} has {}",
+            x.cols,
+            w0.name,
+            w0.cols
+        );
+        let outs = ws
+            .iter()
+            .map(|w| self.tensor(x.rows, w.rows))
+            .collect::<Result<Vec<_>>>()?;
         let mut args = Vec::with_capacity(15);
         for i in 0..3 {
             match (parts.get(i), outs.get(i), ws.get(i)) {
-                (Some((qs, sc)), Some(o), Some(w)) => args.extend([qs.arg(), sc.arg(), o.arg(), u32_arg(w.rows, "rows")?]),
+                (Some((qs, sc)), Some(o), Some(w)) => {
+                    args.extend([qs.arg(), sc.arg(), o.arg(), u32_arg(w.rows, "rows")?])
+                }
                 _ => args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]),
             }
         }
@@ -729,7 +1135,12 @@ impl Backend for Cuda {
             GgmlType::Q4_1 => names::kiln_matvec3_q4_1,
             _ => names::kiln_matvec3_q8_0,
         };
-        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_multi(&rows, x.rows as u32, self.gpu.sm_count()));
+        let dims = self.gpu.one_wave(
+            k,
+            self.gpu
+                .shapes()
+                .matvec_multi(&rows, x.rows as u32, self.gpu.sm_count()),
+        );
         self.with_q8(x, |xq, xds| {
             args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
             self.gpu.launch(k, dims, &args)
@@ -737,8 +1148,19 @@ impl Backend for Cuda {
         Ok(outs)
     }
 
-    fn matmul_swiglu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight) -> Result<CudaTensor> {
-        let fused = split_parts(&[gate, up]).filter(|_| x.rows <= FUSED_MAX_TOKENS && !self.f32_activations && gate.rows == up.rows && gate.cols == x.cols && up.cols == x.cols);
+    fn matmul_swiglu(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+    ) -> Result<CudaTensor> {
+        let fused = split_parts(&[gate, up]).filter(|_| {
+            x.rows <= FUSED_MAX_TOKENS
+                && !self.f32_activations
+                && gate.rows == up.rows
+                && gate.cols == x.cols
+                && up.cols == x.cols
+        });
         let Some((ty, parts)) = fused else {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };
@@ -748,10 +1170,29 @@ impl Backend for Cuda {
             GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
             _ => names::kiln_matvec_swiglu_q8_0,
         };
-        let dims = self.gpu.one_wave(k, self.gpu.shapes().matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()));
+        let dims = self.gpu.one_wave(
+            k,
+            self.gpu
+                .shapes()
+                .matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()),
+        );
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
         self.with_q8(x, |xq, xds| {
-            self.gpu.launch(k, dims, &[gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, out.arg(), u32_arg(gate.rows, "rows")?, u32_arg(x.cols, "cols")?])
+            self.gpu.launch(
+                k,
+                dims,
+                &[
+                    gq.arg(),
+                    gs.arg(),
+                    uq.arg(),
+                    us.arg(),
+                    xq,
+                    xds,
+                    out.arg(),
+                    u32_arg(gate.rows, "rows")?,
+                    u32_arg(x.cols, "cols")?,
+                ],
+            )
         })?;
         Ok(out)
     }
@@ -770,13 +1211,20 @@ impl Backend for Cuda {
         let key = (cache.id, n);
         let (recorded, record) = {
             let st = self.steps.borrow();
-            (st.graphs.contains_key(&key), st.enabled && n == 1 && st.warm.contains(&key))
+            (
+                st.graphs.contains_key(&key),
+                st.enabled && n == 1 && st.warm.contains(&key),
+            )
         };
         if recorded {
             return self.replay(key, tokens);
         }
         self.steps.borrow_mut().in_step = true;
-        let result = if record { self.record(key, cache, run) } else { run(self, cache).map(Some) };
+        let result = if record {
+            self.record(key, cache, run)
+        } else {
+            run(self, cache).map(Some)
+        };
         let mut st = self.steps.borrow_mut();
         st.in_step = false;
         st.warm.insert(key);
@@ -794,7 +1242,9 @@ fn split_parts<'a>(ws: &[&'a CudaWeight]) -> Option<(GgmlType, Vec<(&'a DBuf<u8>
     let mut ty0 = None;
     let mut parts = Vec::with_capacity(ws.len());
     for w in ws {
-        let Storage::Split { ty, qs, scales } = &w.storage else { return None };
+        let Storage::Split { ty, qs, scales } = &w.storage else {
+            return None;
+        };
         if *ty0.get_or_insert(*ty) != *ty {
             return None;
         }
@@ -807,7 +1257,12 @@ impl Cuda {
     /// Records `run` as the graph for step shape `key` (returns `None`: nothing ran yet). On
     /// failure (an op that cannot be recorded), recording is switched off for this backend and
     /// the step runs eagerly (returns its output).
-    fn record(&self, key: (u64, usize), cache: &mut CudaKvCache, run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>) -> Result<Option<CudaTensor>> {
+    fn record(
+        &self,
+        key: (u64, usize),
+        cache: &mut CudaKvCache,
+        run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
+    ) -> Result<Option<CudaTensor>> {
         {
             let mut st = self.steps.borrow_mut();
             st.graphs.retain(|k, _| k.0 == key.0); // graphs of older caches address freed memory
@@ -815,13 +1270,31 @@ impl Cuda {
         }
         self.pool.borrow_mut().recording = Some(HashMap::new());
         let captured = self.gpu.capture(|| run(self, cache));
-        let buffers: Vec<DBuf<f32>> = self.pool.borrow_mut().recording.take().unwrap_or_default().into_values().flatten().collect();
+        let buffers: Vec<DBuf<f32>> = self
+            .pool
+            .borrow_mut()
+            .recording
+            .take()
+            .unwrap_or_default()
+            .into_values()
+            .flatten()
+            .collect();
         let vocab = self.steps.borrow_mut().vocab.take().unwrap_or(0);
         match captured {
             Ok((mut out, graph)) => {
                 let (rows, cols) = (out.rows, out.cols);
                 let buf = out.buf.take().expect("output buffer");
-                self.steps.borrow_mut().graphs.insert(key, Recorded { graph, out: buf, rows, cols, vocab, _buffers: buffers });
+                self.steps.borrow_mut().graphs.insert(
+                    key,
+                    Recorded {
+                        graph,
+                        out: buf,
+                        rows,
+                        cols,
+                        vocab,
+                        _buffers: buffers,
+                    },
+                );
                 Ok(None)
             }
             Err(e) => {
@@ -831,7 +1304,9 @@ impl Cuda {
                 let mut st = self.steps.borrow_mut();
                 st.failures += 1;
                 if st.failures >= 3 {
-                    eprintln!("kiln: recording a decode step as a CUDA graph failed ({e:#}); decoding without graphs");
+                    eprintln!(
+                        "kiln: recording a decode step as a CUDA graph failed ({e:#}); decoding without graphs"
+                    );
                     st.enabled = false;
                 }
                 drop(st);
@@ -846,11 +1321,15 @@ impl Cuda {
         let st = self.steps.borrow();
         let g = &st.graphs[&key];
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= g.vocab) {
-            bail!("token id {bad} is outside the vocabulary ({} rows)", g.vocab);
+            bail!(
+                "token id {bad} is outside the vocabulary ({} rows)",
+                g.vocab
+            );
         }
         self.gpu.replay(&g.graph)?;
         let out = self.tensor(g.rows, g.cols)?;
-        self.gpu.copy_range(&g.out, 0, out.buf(), 0, g.rows * g.cols)?;
+        self.gpu
+            .copy_range(&g.out, 0, out.buf(), 0, g.rows * g.cols)?;
         Ok(out)
     }
 }

@@ -51,7 +51,12 @@ impl<R: Backend, C: Backend> Shape for PairW<R, C> {
 impl<R: Backend, C: Backend> Lockstep<R, C> {
     /// `tolerance`: max |reference − candidate| over max |reference| allowed per op.
     pub fn new(reference: R, candidate: C, tolerance: f32) -> Self {
-        Lockstep { reference, candidate, tolerance, report: RefCell::default() }
+        Lockstep {
+            reference,
+            candidate,
+            tolerance,
+            report: RefCell::default(),
+        }
     }
     pub fn report(&self) -> Report {
         self.report.borrow().clone()
@@ -59,8 +64,19 @@ impl<R: Backend, C: Backend> Lockstep<R, C> {
 
     fn check(&self, op: &str, kind: &str, r: R::Tensor, c: C::Tensor) -> Result<Pair<R, C>> {
         let (a, b) = (self.reference.read(&r)?, self.candidate.read(&c)?);
-        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
-        let (at, diff) = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).enumerate().fold((0, 0f32), |m, (i, d)| if d > m.1 || d.is_nan() { (i, d) } else { m });
+        let scale = a
+            .iter()
+            .fold(0f32, |m, v| m.max(v.abs()))
+            .max(f32::MIN_POSITIVE);
+        let (at, diff) = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .enumerate()
+            .fold(
+                (0, 0f32),
+                |m, (i, d)| if d > m.1 || d.is_nan() { (i, d) } else { m },
+            );
         let rel = diff / scale;
         let mut rep = self.report.borrow_mut();
         rep.ops += 1;
@@ -69,7 +85,11 @@ impl<R: Backend, C: Backend> Lockstep<R, C> {
             None => rep.worst.push((kind.to_string(), rel)),
         }
         if !(rel <= self.tolerance) {
-            rep.mismatches.push(format!("{op}: rel diff {rel:.2e} at element {at} (reference {}, candidate {})", a[at], b.get(at).copied().unwrap_or(f32::NAN)));
+            rep.mismatches.push(format!(
+                "{op}: rel diff {rel:.2e} at element {at} (reference {}, candidate {})",
+                a[at],
+                b.get(at).copied().unwrap_or(f32::NAN)
+            ));
         }
         drop(rep);
         let synced = self.candidate.upload(&a, r.rows(), r.cols())?;
@@ -93,13 +113,20 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         "lockstep"
     }
     fn load_weight(&self, f: &Arc<GgufFile>, n: &str) -> Result<Self::Weight> {
-        Ok(PairW(self.reference.load_weight(f, n)?, self.candidate.load_weight(f, n)?, n.to_string()))
+        Ok(PairW(
+            self.reference.load_weight(f, n)?,
+            self.candidate.load_weight(f, n)?,
+            n.to_string(),
+        ))
     }
     fn kv_cache(&self, s: &KvSpec) -> Result<Self::KvCache> {
         Ok((self.reference.kv_cache(s)?, self.candidate.kv_cache(s)?))
     }
     fn upload(&self, d: &[f32], r: usize, c: usize) -> Result<Self::Tensor> {
-        Ok(Pair(self.reference.upload(d, r, c)?, self.candidate.upload(d, r, c)?))
+        Ok(Pair(
+            self.reference.upload(d, r, c)?,
+            self.candidate.upload(d, r, c)?,
+        ))
     }
     fn read(&self, x: &Self::Tensor) -> Result<Vec<f32>> {
         self.reference.read(&x.0)
@@ -108,20 +135,48 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         self.reference.argmax(&x.0)
     }
     fn rows(&self, x: &Self::Tensor, s: usize, n: usize) -> Result<Self::Tensor> {
-        self.check("rows", "rows", self.reference.rows(&x.0, s, n)?, self.candidate.rows(&x.1, s, n)?)
+        self.check(
+            "rows",
+            "rows",
+            self.reference.rows(&x.0, s, n)?,
+            self.candidate.rows(&x.1, s, n)?,
+        )
     }
     fn embed(&self, t: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor> {
-        self.check(&format!("embed {}", t.2), "embed", self.reference.embed(&t.0, ids)?, self.candidate.embed(&t.1, ids)?)
+        self.check(
+            &format!("embed {}", t.2),
+            "embed",
+            self.reference.embed(&t.0, ids)?,
+            self.candidate.embed(&t.1, ids)?,
+        )
     }
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor> {
-        self.check(&format!("matmul {}", w.2), "matmul", self.reference.matmul(&x.0, &w.0)?, self.candidate.matmul(&x.1, &w.1)?)
+        self.check(
+            &format!("matmul {}", w.2),
+            "matmul",
+            self.reference.matmul(&x.0, &w.0)?,
+            self.candidate.matmul(&x.1, &w.1)?,
+        )
     }
     fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
-        let r = self.reference.matmul_many(&x.0, &ws.iter().map(|w| &w.0).collect::<Vec<_>>())?;
-        let c = self.candidate.matmul_many(&x.1, &ws.iter().map(|w| &w.1).collect::<Vec<_>>())?;
-        r.into_iter().zip(c).zip(ws).map(|((r, c), w)| self.check(&format!("matmul_many {}", w.2), "matmul", r, c)).collect()
+        let r = self
+            .reference
+            .matmul_many(&x.0, &ws.iter().map(|w| &w.0).collect::<Vec<_>>())?;
+        let c = self
+            .candidate
+            .matmul_many(&x.1, &ws.iter().map(|w| &w.1).collect::<Vec<_>>())?;
+        r.into_iter()
+            .zip(c)
+            .zip(ws)
+            .map(|((r, c), w)| self.check(&format!("matmul_many {}", w.2), "matmul", r, c))
+            .collect()
     }
-    fn matmul_swiglu(&self, x: &Self::Tensor, g: &Self::Weight, u: &Self::Weight) -> Result<Self::Tensor> {
+    fn matmul_swiglu(
+        &self,
+        x: &Self::Tensor,
+        g: &Self::Weight,
+        u: &Self::Weight,
+    ) -> Result<Self::Tensor> {
         let r = self.reference.matmul_swiglu(&x.0, &g.0, &u.0)?;
         let c = self.candidate.matmul_swiglu(&x.1, &g.1, &u.1)?;
         self.check(&format!("matmul_swiglu {}", g.2), "matmul_swiglu", r, c)
@@ -131,10 +186,22 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         let c = self.candidate.rms_norm(&x.1, &w.1, eps)?;
         self.check(&format!("rms_norm {}", w.2), "rms_norm", r, c)
     }
-    fn rms_norm_rope(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, p: usize, rope: &Rope) -> Result<Self::Tensor> {
+    fn rms_norm_rope(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        p: usize,
+        rope: &Rope,
+    ) -> Result<Self::Tensor> {
         let r = self.reference.rms_norm_rope(&x.0, &w.0, eps, p, rope)?;
         let c = self.candidate.rms_norm_rope(&x.1, &w.1, eps, p, rope)?;
-        self.check(&format!("rms_norm_rope {} pos {p}", w.2), "rms_norm_rope", r, c)
+        self.check(
+            &format!("rms_norm_rope {} pos {p}", w.2),
+            "rms_norm_rope",
+            r,
+            c,
+        )
     }
     fn rope(&self, x: &mut Self::Tensor, p: usize, rope: &Rope) -> Result<()> {
         self.reference.rope(&mut x.0, p, rope)?;
@@ -142,7 +209,12 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         self.resync(&format!("rope pos {p}"), "rope", x)
     }
     fn swiglu(&self, g: &Self::Tensor, u: &Self::Tensor) -> Result<Self::Tensor> {
-        self.check("swiglu", "swiglu", self.reference.swiglu(&g.0, &u.0)?, self.candidate.swiglu(&g.1, &u.1)?)
+        self.check(
+            "swiglu",
+            "swiglu",
+            self.reference.swiglu(&g.0, &u.0)?,
+            self.candidate.swiglu(&g.1, &u.1)?,
+        )
     }
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()> {
         self.reference.add_assign(&mut x.0, &y.0)?;
@@ -159,8 +231,17 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         pos: usize,
         a: &Attention,
     ) -> Result<Self::Tensor> {
-        let r = self.reference.attention(&mut cache.0, layer, &q.0, &k.0, &v.0, pos, a)?;
-        let c = self.candidate.attention(&mut cache.1, layer, &q.1, &k.1, &v.1, pos, a)?;
-        self.check(&format!("attention layer {layer} pos {pos}"), "attention", r, c)
+        let r = self
+            .reference
+            .attention(&mut cache.0, layer, &q.0, &k.0, &v.0, pos, a)?;
+        let c = self
+            .candidate
+            .attention(&mut cache.1, layer, &q.1, &k.1, &v.1, pos, a)?;
+        self.check(
+            &format!("attention layer {layer} pos {pos}"),
+            "attention",
+            r,
+            c,
+        )
     }
 }

@@ -110,7 +110,12 @@ pub trait Backend {
         ws.iter().map(|w| self.matmul(x, w)).collect()
     }
     /// `silu(x·gateᵀ) ⊙ (x·upᵀ)`, the first half of a SwiGLU feed-forward; a backend may fuse it.
-    fn matmul_swiglu(&self, x: &Self::Tensor, gate: &Self::Weight, up: &Self::Weight) -> Result<Self::Tensor> {
+    fn matmul_swiglu(
+        &self,
+        x: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+    ) -> Result<Self::Tensor> {
         self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?)
     }
     /// RMSNorm over each group of `w.cols` columns (a whole row, or one head for QK-norm),
@@ -118,7 +123,14 @@ pub trait Backend {
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
     /// RMSNorm of each head (`w` is `head_dim` long) then RoPE at positions `pos..` (QK-norm);
     /// a backend may fuse the two.
-    fn rms_norm_rope(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, pos: usize, rope: &Rope) -> Result<Self::Tensor> {
+    fn rms_norm_rope(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        pos: usize,
+        rope: &Rope,
+    ) -> Result<Self::Tensor> {
         let mut y = self.rms_norm(x, w, eps)?;
         self.rope(&mut y, pos, rope)?;
         Ok(y)
@@ -161,7 +173,10 @@ pub trait Backend {
         attn: &Attention,
     ) -> Result<Self::Tensor> {
         let (q, k) = match qk_norm {
-            Some((qn, kn, eps)) => (self.rms_norm_rope(&q, qn, eps, pos, rope)?, self.rms_norm_rope(&k, kn, eps, pos, rope)?),
+            Some((qn, kn, eps)) => (
+                self.rms_norm_rope(&q, qn, eps, pos, rope)?,
+                self.rms_norm_rope(&k, kn, eps, pos, rope)?,
+            ),
             None => {
                 let (mut q, mut k) = (q, k);
                 self.rope(&mut q, pos, rope)?;

@@ -7,7 +7,10 @@
 mod shapes;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+};
 use kernels_gpu::kernels::launch::Dims;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +40,10 @@ pub fn driver_present() -> bool {
 /// The module for a device of compute capability `cc` (major·10 + minor): the newest whose
 /// `min_cc` is not above it. Arch-specific features stay out of the modules, so this holds.
 pub fn pick_module(modules: &[PtxModule], cc: u32) -> Option<&PtxModule> {
-    modules.iter().filter(|m| m.min_cc <= cc).max_by_key(|m| m.min_cc)
+    modules
+        .iter()
+        .filter(|m| m.min_cc <= cc)
+        .max_by_key(|m| m.min_cc)
 }
 
 pub use kernels_gpu::entries::Arg;
@@ -127,11 +133,13 @@ impl Gpu {
         if !driver_present() {
             bail!("no CUDA driver found (libcuda.so could not be loaded); use --device cpu");
         }
-        let count = CudaContext::device_count().map_err(|e| anyhow!("CUDA driver present but unusable: {e:?}"))?;
+        let count = CudaContext::device_count()
+            .map_err(|e| anyhow!("CUDA driver present but unusable: {e:?}"))?;
         if ordinal as i32 >= count {
             bail!("CUDA device {ordinal} requested but {count} device(s) found");
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("cannot open CUDA device {ordinal}: {e:?}"))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| anyhow!("cannot open CUDA device {ordinal}: {e:?}"))?;
         // kiln orders its own work on one stream; cudarc's per-buffer event tracking would add
         // two event calls per argument per launch.
         unsafe { ctx.disable_event_tracking() };
@@ -141,28 +149,55 @@ impl Gpu {
         let module = *pick_module(modules, cc_num).ok_or_else(|| {
             anyhow!("{name} (compute capability {}.{}) is older than every kiln kernel module (oldest: sm_80)", cc.0, cc.1)
         })?;
-        let shapes = shapes::for_module(module.name).ok_or_else(|| anyhow!("no launch shapes for module {}", module.name))?;
+        let shapes = shapes::for_module(module.name)
+            .ok_or_else(|| anyhow!("no launch shapes for module {}", module.name))?;
         // Developer hook for trying a kernel variant without relinking the binary: a PTX file
         // built from kernels-gpu for the same policy (same entries, same launch shapes).
         let ptx_text = match std::env::var_os("KILN_PTX_OVERRIDE") {
-            Some(path) => std::fs::read_to_string(&path).with_context(|| format!("KILN_PTX_OVERRIDE={}", path.to_string_lossy()))?,
+            Some(path) => std::fs::read_to_string(&path)
+                .with_context(|| format!("KILN_PTX_OVERRIDE={}", path.to_string_lossy()))?,
             None => module.ptx.to_string(),
         };
         let loaded = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx_text))
-            .map_err(|e| anyhow!("loading the {} PTX module on {name} failed: {e:?}", module.name))?;
+            .map_err(|e| {
+                anyhow!(
+                    "loading the {} PTX module on {name} failed: {e:?}",
+                    module.name
+                )
+            })?;
         let mut functions = HashMap::new();
         for &entry in kernels_gpu::entries::names::ALL {
-            let f = loaded.load_function(entry).map_err(|e| anyhow!("kernel {entry} missing from module {}: {e:?}", module.name))?;
+            let f = loaded.load_function(entry).map_err(|e| {
+                anyhow!("kernel {entry} missing from module {}: {e:?}", module.name)
+            })?;
             functions.insert(entry, f);
         }
         // A stream of our own: the legacy default stream cannot be captured into a CUDA graph.
-        let stream = ctx.new_stream().map_err(|e| anyhow!("cannot create a CUDA stream: {e:?}"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| anyhow!("cannot create a CUDA stream: {e:?}"))?;
         let sms = ctx
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
             .map_err(|e| anyhow!("{e:?}"))? as u32;
         let pdl = shapes.pdl() && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { imp: Imp::Cuda(CudaImp { ctx, stream, pdl, occupancy: Mutex::default(), _module: loaded, functions }), module_name: module.name, shapes, name, cc, sms })
+        Ok(Gpu {
+            imp: Imp::Cuda(CudaImp {
+                ctx,
+                stream,
+                pdl,
+                occupancy: Mutex::default(),
+                _module: loaded,
+                functions,
+            }),
+            module_name: module.name,
+            shapes,
+            name,
+            cc,
+            sms,
+        })
     }
 
     /// The same runtime over the host grid executor, with kernels instantiated for policy `P`
@@ -202,10 +237,20 @@ impl Gpu {
         let mut words = vec![0u128; bytes.div_ceil(16).max(1)].into_boxed_slice();
         if let Some(src) = init {
             // SAFETY: `words` holds at least `bytes` bytes; `src` is `n` plain values.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, words.as_mut_ptr() as *mut u8, bytes) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr() as *const u8,
+                    words.as_mut_ptr() as *mut u8,
+                    bytes,
+                )
+            };
         }
         let ptr = words.as_ptr() as u64;
-        DBuf { mem: Mem::Host(words), ptr, len: n }
+        DBuf {
+            mem: Mem::Host(words),
+            ptr,
+            len: n,
+        }
     }
 
     fn wrap<T>(&self, slice: CudaSlice<T>, stream: &Arc<CudaStream>) -> DBuf<T> {
@@ -214,13 +259,22 @@ impl Gpu {
             let (ptr, _sync) = slice.device_ptr(stream);
             ptr
         };
-        DBuf { mem: Mem::Cuda(slice), ptr, len }
+        DBuf {
+            mem: Mem::Cuda(slice),
+            ptr,
+            len,
+        }
     }
 
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DBuf<T>> {
         match &self.imp {
             Imp::Cuda(c) => {
-                let slice = c.stream.clone_htod(data).map_err(|e| anyhow!("upload of {} bytes failed: {e:?}", std::mem::size_of_val(data)))?;
+                let slice = c.stream.clone_htod(data).map_err(|e| {
+                    anyhow!(
+                        "upload of {} bytes failed: {e:?}",
+                        std::mem::size_of_val(data)
+                    )
+                })?;
                 Ok(self.wrap(slice, &c.stream))
             }
             Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
@@ -231,20 +285,34 @@ impl Gpu {
     /// memory, for tables of which a step reads a few rows (llama.cpp keeps the token embedding
     /// on the host for the same reason). The host executor's "device" memory is host memory
     /// anyway.
-    pub fn upload_mapped<T: DeviceRepr + ValidAsZeroBits + Copy>(&self, data: &[T]) -> Result<DBuf<T>> {
+    pub fn upload_mapped<T: DeviceRepr + ValidAsZeroBits + Copy>(
+        &self,
+        data: &[T],
+    ) -> Result<DBuf<T>> {
         match &self.imp {
             Imp::Cuda(c) => {
                 let bytes = std::mem::size_of_val(data);
                 let fail = |e| anyhow!("mapping {bytes} bytes of pinned host memory failed: {e:?}");
                 // SAFETY: every element is written below before any kernel can read it.
-                let mut host = unsafe { c.ctx.alloc_pinned_with_flags::<T>(data.len().max(1), cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP) }.map_err(fail)?;
+                let mut host = unsafe {
+                    c.ctx.alloc_pinned_with_flags::<T>(
+                        data.len().max(1),
+                        cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP,
+                    )
+                }
+                .map_err(fail)?;
                 host.as_mut_slice().map_err(fail)?[..data.len()].copy_from_slice(data);
                 let mut ptr = 0;
                 let hp = host.as_mut_ptr().map_err(fail)? as *mut std::ffi::c_void;
                 // SAFETY: `hp` is a live allocation made with CU_MEMHOSTALLOC_DEVICEMAP in this context.
-                let r = unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut ptr, hp, 0) };
+                let r =
+                    unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut ptr, hp, 0) };
                 r.result().map_err(fail)?;
-                Ok(DBuf { mem: Mem::Mapped(host), ptr, len: data.len() })
+                Ok(DBuf {
+                    mem: Mem::Mapped(host),
+                    ptr,
+                    len: data.len(),
+                })
             }
             Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
         }
@@ -253,10 +321,12 @@ impl Gpu {
     pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DBuf<T>> {
         match &self.imp {
             Imp::Cuda(c) => {
-                let slice = c
-                    .stream
-                    .alloc_zeros::<T>(n.max(1))
-                    .map_err(|e| anyhow!("allocating {} bytes on the GPU failed: {e:?}", n * std::mem::size_of::<T>()))?;
+                let slice = c.stream.alloc_zeros::<T>(n.max(1)).map_err(|e| {
+                    anyhow!(
+                        "allocating {} bytes on the GPU failed: {e:?}",
+                        n * std::mem::size_of::<T>()
+                    )
+                })?;
                 Ok(self.wrap(slice, &c.stream))
             }
             Imp::Host(_) => Ok(Self::host_alloc::<T>(n.max(1), None)),
@@ -270,17 +340,29 @@ impl Gpu {
     /// `data` into `dst[at..]`, ordered on the stream like a launch.
     pub fn write_at<T: DeviceRepr>(&self, dst: &mut DBuf<T>, at: usize, data: &[T]) -> Result<()> {
         if at + data.len() > dst.len() {
-            bail!("write of {} elements at {at} into a buffer of {}", data.len(), dst.len());
+            bail!(
+                "write of {} elements at {at} into a buffer of {}",
+                data.len(),
+                dst.len()
+            );
         }
         match (&self.imp, &mut dst.mem) {
             (Imp::Cuda(c), Mem::Cuda(slice)) => {
                 let mut view = slice.slice_mut(at..at + data.len());
-                c.stream.memcpy_htod(data, &mut view).map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
+                c.stream
+                    .memcpy_htod(data, &mut view)
+                    .map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
             }
             (Imp::Host(_), Mem::Host(words)) => {
                 let off = at * std::mem::size_of::<T>();
                 // SAFETY: bounds checked above.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr() as *const u8, (words.as_mut_ptr() as *mut u8).add(off), std::mem::size_of_val(data)) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr() as *const u8,
+                        (words.as_mut_ptr() as *mut u8).add(off),
+                        std::mem::size_of_val(data),
+                    )
+                };
                 Ok(())
             }
             _ => bail!("buffer belongs to another device"),
@@ -292,20 +374,32 @@ impl Gpu {
     }
 
     /// Copy the first `n` elements back (waits for the work that writes them).
-    pub fn download_prefix<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>, n: usize) -> Result<Vec<T>> {
+    pub fn download_prefix<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: &DBuf<T>,
+        n: usize,
+    ) -> Result<Vec<T>> {
         if n > src.len() {
             bail!("download of {n} elements from a buffer of {}", src.len());
         }
         let mut out = vec![T::default(); n];
         match (&self.imp, &src.mem) {
             (Imp::Cuda(c), Mem::Cuda(slice)) => {
-                c.stream.memcpy_dtoh(&slice.slice(..n), &mut out).map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
+                c.stream
+                    .memcpy_dtoh(&slice.slice(..n), &mut out)
+                    .map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
                 self.synchronize()?;
             }
             (Imp::Host(_), Mem::Host(words)) => {
                 let bytes = host_bytes(words, n * std::mem::size_of::<T>());
                 // SAFETY: `out` has room for `n` values of plain-data `T`.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        out.as_mut_ptr() as *mut u8,
+                        bytes.len(),
+                    )
+                };
             }
             _ => bail!("buffer belongs to another device"),
         }
@@ -318,18 +412,38 @@ impl Gpu {
     }
 
     /// Copy `n` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
-    pub fn copy_range<T: DeviceRepr>(&self, src: &DBuf<T>, src_at: usize, dst: &DBuf<T>, dst_at: usize, n: usize) -> Result<()> {
+    pub fn copy_range<T: DeviceRepr>(
+        &self,
+        src: &DBuf<T>,
+        src_at: usize,
+        dst: &DBuf<T>,
+        dst_at: usize,
+        n: usize,
+    ) -> Result<()> {
         if src_at + n > src.len() || dst_at + n > dst.len() {
             bail!("copy_range out of bounds");
         }
         let bytes = n * std::mem::size_of::<T>();
         match &self.imp {
             // SAFETY: both ranges were bounds-checked above; the copy is ordered on our stream.
-            Imp::Cuda(c) => unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr_at(dst_at), src.ptr_at(src_at), bytes, c.stream.cu_stream()) }
-                .map_err(|e| anyhow!("device-to-device copy failed: {e:?}")),
+            Imp::Cuda(c) => unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    dst.ptr_at(dst_at),
+                    src.ptr_at(src_at),
+                    bytes,
+                    c.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| anyhow!("device-to-device copy failed: {e:?}")),
             Imp::Host(_) => {
                 // SAFETY: bounds checked; `copy` tolerates overlap.
-                unsafe { std::ptr::copy(src.ptr_at(src_at) as *const u8, dst.ptr_at(dst_at) as *mut u8, bytes) };
+                unsafe {
+                    std::ptr::copy(
+                        src.ptr_at(src_at) as *const u8,
+                        dst.ptr_at(dst_at) as *mut u8,
+                        bytes,
+                    )
+                };
                 Ok(())
             }
         }
@@ -344,7 +458,9 @@ impl Gpu {
                 let start = c.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
                 f()?;
                 let end = c.stream.record_event(flags).map_err(|e| anyhow!("{e:?}"))?;
-                start.elapsed_ms(&end).map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
+                start
+                    .elapsed_ms(&end)
+                    .map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
             }
             Imp::Host(_) => {
                 let t = std::time::Instant::now();
@@ -364,7 +480,10 @@ impl Gpu {
 
     pub fn synchronize(&self) -> Result<()> {
         match &self.imp {
-            Imp::Cuda(c) => c.stream.synchronize().map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}")),
+            Imp::Cuda(c) => c
+                .stream
+                .synchronize()
+                .map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}")),
             Imp::Host(_) => Ok(()),
         }
     }
@@ -378,14 +497,20 @@ impl Gpu {
     /// (nothing executes until [`Gpu::replay`]). `f` must not allocate, synchronize or copy to
     /// the host. Capture is always ended, also when `f` fails; then the error is returned.
     pub fn capture<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<(T, Graph)> {
-        let Imp::Cuda(c) = &self.imp else { bail!("graph capture needs a CUDA device") };
+        let Imp::Cuda(c) = &self.imp else {
+            bail!("graph capture needs a CUDA device")
+        };
         // Thread-local mode: a forbidden call (allocation, sync copy) made by this thread while
         // capturing fails at once instead of corrupting the capture.
         c.stream
-            .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
             .map_err(|e| anyhow!("cannot start a CUDA graph capture: {e:?}"))?;
         let r = f();
-        let g = c.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+        let g = c
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
         let value = r?;
         match g {
             Ok(Some(graph)) => Ok((value, Graph(graph))),
@@ -396,7 +521,8 @@ impl Gpu {
 
     /// Runs a recorded graph on the stream (asynchronously, ordered like a launch).
     pub fn replay(&self, g: &Graph) -> Result<()> {
-        g.0.launch().map_err(|e| anyhow!("CUDA graph launch failed: {e:?}"))
+        g.0.launch()
+            .map_err(|e| anyhow!("CUDA graph launch failed: {e:?}"))
     }
 
     /// `dims` with its grid cut to one resident wave of `kernel` on this device: at most as many
@@ -407,12 +533,28 @@ impl Gpu {
     /// (kernel, block, shared memory): this sits on every eager mat-vec launch.
     pub fn one_wave(&self, kernel: &'static str, dims: Dims) -> Dims {
         let Imp::Cuda(c) = &self.imp else { return dims };
-        let Some(f) = c.functions.get(kernel) else { return dims };
+        let Some(f) = c.functions.get(kernel) else {
+            return dims;
+        };
         let mut known = c.occupancy.lock().unwrap_or_else(|e| e.into_inner());
-        let per_sm = *known.entry((kernel, dims.block, dims.shared_bytes)).or_insert_with(|| {
-            f.occupancy_max_active_blocks_per_multiprocessor(dims.block, dims.shared_bytes as usize, None).unwrap_or(0)
-        });
-        if per_sm > 0 { Dims { grid_x: dims.grid_x.min(per_sm * self.sms), ..dims } } else { dims }
+        let per_sm = *known
+            .entry((kernel, dims.block, dims.shared_bytes))
+            .or_insert_with(|| {
+                f.occupancy_max_active_blocks_per_multiprocessor(
+                    dims.block,
+                    dims.shared_bytes as usize,
+                    None,
+                )
+                .unwrap_or(0)
+            });
+        if per_sm > 0 {
+            Dims {
+                grid_x: dims.grid_x.min(per_sm * self.sms),
+                ..dims
+            }
+        } else {
+            dims
+        }
     }
 
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
@@ -423,13 +565,27 @@ impl Gpu {
         }
         let c = match &self.imp {
             // SAFETY: pointer arguments are addresses of live host-executor buffers.
-            Imp::Host(run) => return unsafe { run(kernel, dims, args) }.map_err(|e| anyhow!("host launch of {kernel}: {e}")),
+            Imp::Host(run) => {
+                return unsafe { run(kernel, dims, args) }
+                    .map_err(|e| anyhow!("host launch of {kernel}: {e}"));
+            }
             Imp::Cuda(c) => c,
         };
-        let f = c.functions.get(kernel).ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
+        let f = c
+            .functions
+            .get(kernel)
+            .ok_or_else(|| anyhow!("unknown kernel {kernel}"))?;
         let want = kernels_gpu::entries::names::param_count(kernel);
-        ensure!(want == Some(args.len()), "{kernel}: {} arguments, the kernel table lists {want:?}", args.len());
-        let cfg = LaunchConfig { grid_dim: (dims.grid_x, dims.grid_y, 1), block_dim: (dims.block, 1, 1), shared_mem_bytes: dims.shared_bytes };
+        ensure!(
+            want == Some(args.len()),
+            "{kernel}: {} arguments, the kernel table lists {want:?}",
+            args.len()
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (dims.grid_x, dims.grid_y, 1),
+            block_dim: (dims.block, 1, 1),
+            shared_mem_bytes: dims.shared_bytes,
+        };
         if dims.shared_bytes > 48 * 1024 {
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -438,7 +594,8 @@ impl Gpu {
             .map_err(|e| anyhow!("{kernel}: cannot raise shared memory to {} bytes: {e:?}", dims.shared_bytes))?;
         }
         if c.pdl {
-            return unsafe { launch_pdl(f, &c.stream, &cfg, args) }.with_context(|| format!("launching {kernel} with {dims:?}"));
+            return unsafe { launch_pdl(f, &c.stream, &cfg, args) }
+                .with_context(|| format!("launching {kernel} with {dims:?}"));
         }
         let mut b = c.stream.launch_builder(f);
         // The builder keeps the addresses of the values, which `args` holds until launch.
@@ -450,7 +607,9 @@ impl Gpu {
             };
         }
         // SAFETY: the argument list follows the kernel table; pointers are live device buffers.
-        unsafe { b.launch(cfg) }.map(|_| ()).with_context(|| format!("launching {kernel} with {dims:?}"))
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .with_context(|| format!("launching {kernel} with {dims:?}"))
     }
 }
 
@@ -463,10 +622,19 @@ const MAX_ARGS: usize = 24;
 ///
 /// # Safety
 /// `args` must follow the entry's parameter list; pointers must be live device buffers.
-unsafe fn launch_pdl(f: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig, args: &[Arg]) -> Result<()> {
+unsafe fn launch_pdl(
+    f: &CudaFunction,
+    stream: &CudaStream,
+    cfg: &LaunchConfig,
+    args: &[Arg],
+) -> Result<()> {
     use cudarc::driver::sys;
     use std::ffi::c_void;
-    ensure!(args.len() <= MAX_ARGS, "{} kernel arguments, at most {MAX_ARGS}", args.len());
+    ensure!(
+        args.len() <= MAX_ARGS,
+        "{} kernel arguments, at most {MAX_ARGS}",
+        args.len()
+    );
     let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
     for (p, a) in params.iter_mut().zip(args) {
         *p = match a {
@@ -492,7 +660,14 @@ unsafe fn launch_pdl(f: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig, 
         numAttrs: 1,
     };
     // SAFETY: `params` points at values `args` keeps alive through the call.
-    let r = unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+    let r = unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
     ensure!(r == sys::CUresult::CUDA_SUCCESS, "cuLaunchKernelEx: {r:?}");
     Ok(())
 }

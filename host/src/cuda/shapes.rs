@@ -33,7 +33,14 @@ pub trait LaunchShapes: Send + Sync {
     fn per_row(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
-    fn attention_chunks(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims;
+    fn attention_chunks(
+        &self,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        n_tokens: u32,
+        max_ctx: u32,
+    ) -> Dims;
     /// Split-KV attention pass 2.
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
     /// f32 scratch between the two attention passes.
@@ -92,7 +99,14 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)
     }
-    fn attention_chunks(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims {
+    fn attention_chunks(
+        &self,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        n_tokens: u32,
+        max_ctx: u32,
+    ) -> Dims {
         launch::attention_chunks::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
     }
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
@@ -115,5 +129,7 @@ static SPARK: Shapes<SparkGb10> = Shapes(PhantomData);
 
 /// Shapes for the module built from the policy named `name`.
 pub fn for_module(name: &str) -> Option<&'static dyn LaunchShapes> {
-    [&AMPERE as &'static dyn LaunchShapes, &HOPPER, &SPARK].into_iter().find(|s| s.policy() == name)
+    [&AMPERE as &'static dyn LaunchShapes, &HOPPER, &SPARK]
+        .into_iter()
+        .find(|s| s.policy() == name)
 }

@@ -84,7 +84,6 @@ impl<B: Backend> SelfAttn<B> {
             .map_err(|_| anyhow::anyhow!("matmul_many returned the wrong number of tensors"))?;
         Ok((q, k, v))
     }
-
 }
 
 /// `down(silu(gate(x)) * up(x))`.
@@ -121,9 +120,17 @@ pub struct Head<B: Backend> {
 impl<B: Backend> Head<B> {
     pub fn load(l: &Loader<B>, c: &Config) -> Result<Self> {
         let tied = !l.has("output.weight");
-        let out = if tied { "token_embd.weight" } else { "output.weight" };
+        let out = if tied {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
         Ok(Head {
-            embd: if tied { l.matrix("token_embd.weight", c.n_vocab, c.n_embd)? } else { l.lookup_table("token_embd.weight", c.n_vocab, c.n_embd)? },
+            embd: if tied {
+                l.matrix("token_embd.weight", c.n_vocab, c.n_embd)?
+            } else {
+                l.lookup_table("token_embd.weight", c.n_vocab, c.n_embd)?
+            },
             norm: l.vector("output_norm.weight", c.n_embd)?,
             output: l.matrix(out, c.n_vocab, c.n_embd)?,
         })
@@ -161,7 +168,14 @@ pub struct DecoderBlock<B: Backend> {
 
 impl<B: Backend> DecoderBlock<B> {
     pub fn load(l: &Loader<B>, i: usize, c: &Config, qk_norm: bool) -> Result<Self> {
-        let qk_norm = if qk_norm { Some((l.blk(i, "attn_q_norm", 1, c.head_dim)?, l.blk(i, "attn_k_norm", 1, c.head_dim)?)) } else { None };
+        let qk_norm = if qk_norm {
+            Some((
+                l.blk(i, "attn_q_norm", 1, c.head_dim)?,
+                l.blk(i, "attn_k_norm", 1, c.head_dim)?,
+            ))
+        } else {
+            None
+        };
         Ok(DecoderBlock {
             attn_norm: l.blk(i, "attn_norm", 1, c.n_embd)?,
             attn: SelfAttn::load(l, i, c)?,
@@ -171,12 +185,30 @@ impl<B: Backend> DecoderBlock<B> {
         })
     }
 
-    pub fn forward(&self, b: &B, cache: &mut B::KvCache, layer: usize, x: &mut B::Tensor, pos: usize, c: &Config) -> Result<()> {
+    pub fn forward(
+        &self,
+        b: &B,
+        cache: &mut B::KvCache,
+        layer: usize,
+        x: &mut B::Tensor,
+        pos: usize,
+        c: &Config,
+    ) -> Result<()> {
         let h = b.rms_norm(x, &self.attn_norm, c.rms_eps)?;
         let (q, k, v) = self.attn.qkv(b, &h)?;
         // The norm weights are head_dim long, so each head is normalized separately.
         let qk_norm = self.qk_norm.as_ref().map(|(qn, kn)| (qn, kn, c.rms_eps));
-        let a = b.rope_attention(cache, layer, q, k, &v, qk_norm, pos, &c.rope, &c.attention())?;
+        let a = b.rope_attention(
+            cache,
+            layer,
+            q,
+            k,
+            &v,
+            qk_norm,
+            pos,
+            &c.rope,
+            &c.attention(),
+        )?;
         b.matmul_add(x, &a, &self.attn.wo)?;
         let h = b.rms_norm(x, &self.ffn_norm, c.rms_eps)?;
         self.ffn.forward_add(b, x, &h)
@@ -193,7 +225,12 @@ pub struct Decoder<B: Backend> {
 impl<B: Backend> Decoder<B> {
     /// Loads every block (`qk_norm`: the blocks have `attn_q_norm`/`attn_k_norm`), reporting
     /// progress per block.
-    pub fn load(l: &Loader<B>, cfg: Config, qk_norm: bool, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+    pub fn load(
+        l: &Loader<B>,
+        cfg: Config,
+        qk_norm: bool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
         let head = Head::load(l, &cfg)?;
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
@@ -209,7 +246,14 @@ impl<B: Backend> Model<B> for Decoder<B> {
         &self.cfg
     }
 
-    fn forward(&self, b: &B, cache: &mut B::KvCache, tokens: &[u32], pos: usize, logits: Logits) -> Result<B::Tensor> {
+    fn forward(
+        &self,
+        b: &B,
+        cache: &mut B::KvCache,
+        tokens: &[u32],
+        pos: usize,
+        logits: Logits,
+    ) -> Result<B::Tensor> {
         let mut x = self.head.embed(b, tokens)?;
         for (layer, block) in self.blocks.iter().enumerate() {
             block.forward(b, cache, layer, &mut x, pos, &self.cfg)?;

@@ -11,7 +11,11 @@ use super::blocks::{Decoder, Loader};
 use crate::backend::{Backend, RopeStyle};
 use crate::gguf::GgufFile;
 
-pub fn load<B: Backend>(b: &B, file: &Arc<GgufFile>, progress: &mut dyn FnMut(usize, usize)) -> Result<Decoder<B>> {
+pub fn load<B: Backend>(
+    b: &B,
+    file: &Arc<GgufFile>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Decoder<B>> {
     let cfg = Config::from_gguf(file, RopeStyle::Normal)?;
     let l = Loader::new(b, file);
     if l.has("rope_freqs.weight") {

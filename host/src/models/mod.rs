@@ -41,7 +41,11 @@ impl Config {
         let u = |k: &str| -> Result<usize> { Ok(file.get_u32(&key(k))? as usize) };
         let n_embd = u("embedding_length")?;
         let n_head = u("attention.head_count")?;
-        ensure!(n_head > 0 && n_embd > 0, "{}: zero heads or embedding width", key("attention.head_count"));
+        ensure!(
+            n_head > 0 && n_embd > 0,
+            "{}: zero heads or embedding width",
+            key("attention.head_count")
+        );
         let n_kv_head = u("attention.head_count_kv").unwrap_or(n_head);
         ensure!(
             n_kv_head > 0 && n_head % n_kv_head == 0,
@@ -49,10 +53,15 @@ impl Config {
         );
         let head_dim = u("attention.key_length").unwrap_or(n_embd / n_head);
         if let Ok(vd) = u("attention.value_length") {
-            ensure!(vd == head_dim, "key length {head_dim} != value length {vd} is not supported");
+            ensure!(
+                vd == head_dim,
+                "key length {head_dim} != value length {vd} is not supported"
+            );
         }
         let rot_dim = u("rope.dimension_count").unwrap_or(head_dim);
-        let embd = file.tensor("token_embd.weight").context("model has no tensor token_embd.weight")?;
+        let embd = file
+            .tensor("token_embd.weight")
+            .context("model has no tensor token_embd.weight")?;
         let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as usize;
         Ok(Config {
             n_layer: u("block_count")?,
@@ -86,7 +95,12 @@ impl Config {
 
     /// A cache for `max_seq` positions (callers clamp to what they need; capped by training).
     pub fn kv_spec(&self, max_seq: usize) -> KvSpec {
-        KvSpec { n_layer: self.n_layer, max_seq, n_kv_head: self.n_kv_head, head_dim: self.head_dim }
+        KvSpec {
+            n_layer: self.n_layer,
+            max_seq,
+            n_kv_head: self.n_kv_head,
+            head_dim: self.head_dim,
+        }
     }
 }
 

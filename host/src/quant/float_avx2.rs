@@ -41,7 +41,8 @@ unsafe fn dot_impl(
         let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         let mut s = hsum_ps(v);
         while i < n {
-            s += conv(&w[i * wsize..]) * f32::from_le_bytes([a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]]);
+            s += conv(&w[i * wsize..])
+                * f32::from_le_bytes([a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]]);
             i += 1;
         }
         s
@@ -51,9 +52,13 @@ unsafe fn dot_impl(
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_avx2(w: &[u8], a: &[u8]) -> f32 {
     unsafe {
-        dot_impl(w, a, 4, |p| _mm256_loadu_ps(p as *const f32), |b| {
-            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-        })
+        dot_impl(
+            w,
+            a,
+            4,
+            |p| _mm256_loadu_ps(p as *const f32),
+            |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        )
     }
 }
 

@@ -56,7 +56,9 @@ fn h(b: &[u8], at: usize) -> f32 {
 fn q8k(ab: &[u8]) -> (f32, &[u8], impl Fn(usize) -> i32 + '_) {
     let d = f32::from_le_bytes([ab[0], ab[1], ab[2], ab[3]]);
     let bs = &ab[260..292];
-    (d, &ab[4..260], move |k: usize| i16::from_le_bytes([bs[2 * k], bs[2 * k + 1]]) as i32)
+    (d, &ab[4..260], move |k: usize| {
+        i16::from_le_bytes([bs[2 * k], bs[2 * k + 1]]) as i32
+    })
 }
 
 /// `d_a * (d * sum_j sc_j * dot_j - dmin * sum_j m_j * sum(a_j))`: the mins only need the

@@ -47,7 +47,11 @@ unsafe fn q45k<const QH: bool>(w: &[u8], a: &[u8]) -> f32 {
                 msum += m as i32 * (bsum(ab, 2 * j) + bsum(ab, 2 * j + 1));
             }
             summ += dmin * msum as f32;
-            let qh = if QH { _mm256_loadu_si256(wb.add(16) as *const __m256i) } else { _mm256_setzero_si256() };
+            let qh = if QH {
+                _mm256_loadu_si256(wb.add(16) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
             let qs = wb.add(if QH { 48 } else { 16 });
             let aq = ab.add(4);
             let mut sumi = _mm256_setzero_si256();
@@ -58,15 +62,25 @@ unsafe fn q45k<const QH: bool>(w: &[u8], a: &[u8]) -> f32 {
                 if QH {
                     // Bit 2g of qh[l] tops element 64g+l, bit 2g+1 element 64g+32+l; shifting
                     // 16-bit lanes then masking bit 0 of each byte keeps bytes independent.
-                    let hl = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)), one);
-                    let hh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32 + 1)), one);
+                    let hl = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)),
+                        one,
+                    );
+                    let hh = _mm256_and_si256(
+                        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32 + 1)),
+                        one,
+                    );
                     lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hl));
                     hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(hh));
                 }
                 let a0 = _mm256_loadu_si256(aq.add(64 * g) as *const __m256i);
                 let a1 = _mm256_loadu_si256(aq.add(64 * g + 32) as *const __m256i);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * g]));
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * g + 1]));
+                let p0 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * g]));
+                let p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, a1),
+                    _mm256_set1_epi16(sc[2 * g + 1]),
+                );
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -101,13 +115,19 @@ unsafe fn q6_k(w: &[u8], a: &[u8]) -> f32 {
             // The -32 of every code: sum_k sc_k * 32 * bsum_k, as a vector of 8 i32.
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scales as *const __m128i));
             let bs = _mm256_loadu_si256(ab.add(260) as *const __m256i);
-            let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16)));
+            let mut sumi = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16)),
+            );
             for n in 0..2 {
                 let ql0 = _mm256_loadu_si256(wb.add(64 * n) as *const __m256i);
                 let ql1 = _mm256_loadu_si256(wb.add(64 * n + 32) as *const __m256i);
                 let qh = _mm256_loadu_si256(wb.add(128 + 32 * n) as *const __m256i);
                 let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2))),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+                    ),
                     _mm256_or_si256(
                         _mm256_and_si256(ql1, m4),
                         _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
@@ -128,7 +148,8 @@ unsafe fn q6_k(w: &[u8], a: &[u8]) -> f32 {
                         _mm_set1_epi16(*scales.add(k) as i16),
                     );
                     let at = _mm256_loadu_si256(aq.add(128 * n + 32 * t) as *const __m256i);
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(qt, at), s));
+                    sumi =
+                        _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(qt, at), s));
                 }
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

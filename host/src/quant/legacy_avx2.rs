@@ -63,7 +63,12 @@ pub(super) unsafe fn dot_u8i8<const VNNI: bool>(u: __m256i, s: __m256i) -> __m25
 /// `PF`: prefetch [`PREFETCH_BYTES`] ahead (weights streamed once, as in decode).
 /// Caller guarantees `R` rows of `nb` blocks at `w` and `nb` activation blocks at `a`.
 #[inline(always)]
-unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w: *const u8, rb: usize, a: *const u8, nb: usize) -> [f32; R] {
+unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(
+    w: *const u8,
+    rb: usize,
+    a: *const u8,
+    nb: usize,
+) -> [f32; R] {
     let (wbs, abs) = blocks(F);
     let qoff = if F == Q4_1 || F == Q4_1X { 4 } else { 2 };
     unsafe {
@@ -73,9 +78,15 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w:
             let ab = a.add(abs * i);
             let aq = _mm256_loadu_si256(ab.add(qoff) as *const __m256i);
             // Shared by all rows: Q4_0's -8 offset as 8 * sum(a) per lane.
-            let off = if F == Q4_0 || F == Q4_0X { dot_u8i8::<VNNI>(_mm256_set1_epi8(8), aq) } else { _mm256_setzero_si256() };
+            let off = if F == Q4_0 || F == Q4_0X {
+                dot_u8i8::<VNNI>(_mm256_set1_epi8(8), aq)
+            } else {
+                _mm256_setzero_si256()
+            };
             let ads = if F == Q4_1 || F == Q4_1X {
-                _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(ab as *const i32)))
+                _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(
+                    ab as *const i32,
+                )))
             } else {
                 _mm_set1_ps(h2f(ab))
             };
@@ -91,22 +102,35 @@ unsafe fn rows<const R: usize, const F: u8, const VNNI: bool, const PF: bool>(w:
                         _mm256_set1_ps(h2f(wb) * _mm_cvtss_f32(ads)),
                     ),
                     Q4_0X => (
-                        _mm256_sub_epi32(dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(4) as *const __m256i), aq), off),
-                        _mm256_set1_ps(core::ptr::read_unaligned(wb as *const f32) * _mm_cvtss_f32(ads)),
+                        _mm256_sub_epi32(
+                            dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(4) as *const __m256i), aq),
+                            off,
+                        ),
+                        _mm256_set1_ps(
+                            core::ptr::read_unaligned(wb as *const f32) * _mm_cvtss_f32(ads),
+                        ),
                     ),
                     Q4_1X => {
                         // As Q4_1 below, with (d_w, m_w) already f32: the same values, the same bits.
                         let wdm = _mm_castpd_ps(_mm_load_sd(wb as *const f64));
                         let prod = _mm_mul_ps(wdm, ads);
                         accm[r] = _mm_add_ps(accm[r], prod);
-                        (dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(8) as *const __m256i), aq), _mm256_broadcastss_ps(prod))
+                        (
+                            dot_u8i8::<VNNI>(_mm256_loadu_si256(wb.add(8) as *const __m256i), aq),
+                            _mm256_broadcastss_ps(prod),
+                        )
                     }
                     Q4_1 => {
                         // (d_w, m_w) × (d_a, s_a): lane 0 scales the codes, lane 1 is m·s.
-                        let wdm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(wb as *const i32)));
+                        let wdm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(
+                            wb as *const i32,
+                        )));
                         let prod = _mm_mul_ps(wdm, ads);
                         accm[r] = _mm_add_ps(accm[r], prod);
-                        (dot_u8i8::<VNNI>(nibbles(wb.add(4)), aq), _mm256_broadcastss_ps(prod))
+                        (
+                            dot_u8i8::<VNNI>(nibbles(wb.add(4)), aq),
+                            _mm256_broadcastss_ps(prod),
+                        )
                     }
                     _ => {
                         // |w| as the unsigned operand and w's sign moved onto a; |w| <= 128 and
@@ -155,7 +179,9 @@ unsafe fn expand_impl<const F: u8>(src: &[u8], dst: &mut [u8]) {
             if F == Q4_0 {
                 core::ptr::write_unaligned(dp as *mut f32, h2f(sp));
             } else {
-                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(sp as *const i32)));
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(core::ptr::read_unaligned(
+                    sp as *const i32,
+                )));
                 _mm_storel_pd(dp as *mut f64, _mm_castps_pd(dm));
             }
             _mm256_storeu_si256(dp.add(dbs - 32) as *mut __m256i, nibbles(sp.add(sbs - 16)));
@@ -168,7 +194,12 @@ pub(super) fn expanded(f: u8, vnni: bool) -> Option<super::Expanded> {
     fn x<const F: u8, const X: u8>(vnni: bool) -> super::Expanded {
         let (dot, dot4) = pick::<X, false>(vnni);
         // SAFETY: handed out by `kernel()` only after checking the CPU features.
-        super::Expanded { expand: |s, d| unsafe { expand_impl::<F>(s, d) }, dot, dot4, block_bytes: blocks(X).0 }
+        super::Expanded {
+            expand: |s, d| unsafe { expand_impl::<F>(s, d) },
+            dot,
+            dot4,
+            block_bytes: blocks(X).0,
+        }
     }
     match f {
         Q4_0 => Some(x::<Q4_0, Q4_0X>(vnni)),
@@ -208,9 +239,15 @@ entries!(one_vnni, four_vnni, true, "avx2,fma,f16c,avxvnni");
 fn pick<const F: u8, const PF: bool>(vnni: bool) -> (super::DotFn, super::Dot4Fn) {
     // SAFETY (every closure): handed out by `kernel()` only after checking the CPU features.
     if vnni {
-        (|w, a| unsafe { one_vnni::<F, PF>(w, a) }, |w, rb, a| unsafe { four_vnni::<F, PF>(w, rb, a) })
+        (
+            |w, a| unsafe { one_vnni::<F, PF>(w, a) },
+            |w, rb, a| unsafe { four_vnni::<F, PF>(w, rb, a) },
+        )
     } else {
-        (|w, a| unsafe { one::<F, PF>(w, a) }, |w, rb, a| unsafe { four::<F, PF>(w, rb, a) })
+        (
+            |w, a| unsafe { one::<F, PF>(w, a) },
+            |w, rb, a| unsafe { four::<F, PF>(w, rb, a) },
+        )
     }
 }
 

@@ -1,6 +1,9 @@
 //! [`QMatrix`]: a quantized weight matrix borrowed from a GGUF map, times f32 activations.
 
-use super::{dequantize_row, DotFn, Dot4Fn, Expanded, GgmlType, Isa, activation_type, expanded, kernel, quantize_activations_in};
+use super::{
+    Dot4Fn, DotFn, Expanded, GgmlType, Isa, activation_type, dequantize_row, expanded, kernel,
+    quantize_activations_in,
+};
 use crate::numerics::Numerics;
 use anyhow::{Result, bail};
 use rayon::prelude::*;
@@ -33,30 +36,70 @@ struct Task {
 /// the q/k/v projections of one input: the activations are quantized once per weight type and
 /// the rows of all the matrices are shared out in one parallel region, not one per matrix.
 /// `numerics` rounds the 8-bit activation codes.
-pub fn matmul_many(numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+pub fn matmul_many(
+    numerics: Numerics,
+    ms: &[QMatrix],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<()> {
     many(Isa::detect(), numerics, ms, x, n, ys, false)
 }
 
 /// [`matmul_many`] with a chosen kernel ISA, kiln's rounding.
-pub fn matmul_many_with(isa: Isa, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+pub fn matmul_many_with(
+    isa: Isa,
+    ms: &[QMatrix],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<()> {
     many(isa, Numerics::Kiln, ms, x, n, ys, false)
 }
 
 /// `y = silu(x · gateᵀ) ⊙ (x · upᵀ)` (`y` is `n × gate.rows`): both mat-muls and the SwiGLU in
 /// one parallel region, each task taking the same rows of both matrices. `numerics` rounds the
 /// 8-bit activation codes and the SiLU.
-pub fn matmul_swiglu(numerics: Numerics, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+pub fn matmul_swiglu(
+    numerics: Numerics,
+    gate: &QMatrix,
+    up: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<()> {
     swiglu(Isa::detect(), numerics, gate, up, x, n, y)
 }
 
 /// [`matmul_swiglu`] with a chosen kernel ISA, kiln's rounding.
-pub fn matmul_swiglu_with(isa: Isa, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+pub fn matmul_swiglu_with(
+    isa: Isa,
+    gate: &QMatrix,
+    up: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<()> {
     swiglu(isa, Numerics::Kiln, gate, up, x, n, y)
 }
 
-fn swiglu(isa: Isa, numerics: Numerics, gate: &QMatrix, up: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+fn swiglu(
+    isa: Isa,
+    numerics: Numerics,
+    gate: &QMatrix,
+    up: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<()> {
     if (gate.rows, gate.cols) != (up.rows, up.cols) {
-        bail!("matmul_swiglu: gate is {}x{}, up {}x{}", gate.rows, gate.cols, up.rows, up.cols);
+        bail!(
+            "matmul_swiglu: gate is {}x{}, up {}x{}",
+            gate.rows,
+            gate.cols,
+            up.rows,
+            up.cols
+        );
     }
     let mut u = vec![0f32; y.len()];
     many(isa, numerics, &[*gate, *up], x, n, &mut [y, &mut u], true)
@@ -64,11 +107,23 @@ fn swiglu(isa: Isa, numerics: Numerics, gate: &QMatrix, up: &QMatrix, x: &[f32],
 
 /// [`matmul_many_with`]; with `swiglu`, `ms` is [gate, up], tasks are planned over the gate's
 /// rows and run the same rows of both, then leave `silu(gate) · up` in `ys[0]`.
-fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &mut [&mut [f32]], swiglu: bool) -> Result<()> {
+fn many(
+    isa: Isa,
+    numerics: Numerics,
+    ms: &[QMatrix],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+    swiglu: bool,
+) -> Result<()> {
     if ms.len() != ys.len() {
         bail!("matmul: {} matrices but {} outputs", ms.len(), ys.len());
     }
-    let ms = ms.iter().zip(ys.iter()).map(|(m, y)| m.check_io(x, n, y)).collect::<Result<Vec<_>>>()?;
+    let ms = ms
+        .iter()
+        .zip(ys.iter())
+        .map(|(m, y)| m.check_io(x, n, y))
+        .collect::<Result<Vec<_>>>()?;
     if n == 0 {
         return Ok(());
     }
@@ -79,8 +134,14 @@ fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &
         }
         outs.push(OutPtr(y.as_mut_ptr()));
     }
-    let kernels = ms.iter().map(|m| kernel(isa, m.ty, n == 1)).collect::<Result<Vec<_>>>()?;
-    let expand: Vec<_> = ms.iter().map(|m| if n > 1 { expanded(isa, m.ty) } else { None }).collect();
+    let kernels = ms
+        .iter()
+        .map(|m| kernel(isa, m.ty, n == 1))
+        .collect::<Result<Vec<_>>>()?;
+    let expand: Vec<_> = ms
+        .iter()
+        .map(|m| if n > 1 { expanded(isa, m.ty) } else { None })
+        .collect();
     // Activations, quantized once per partner format (q/k/v of one model share one).
     let mut acts: Vec<(GgmlType, Vec<u8>)> = Vec::new();
     for m in &ms {
@@ -93,7 +154,9 @@ fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &
     let x_bytes = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, x.len() * 4) };
     let act_of = |m: &QMatrix| -> &[u8] {
         let at = activation_type(m.ty).unwrap_or(GgmlType::F32);
-        acts.iter().find(|(t, _)| *t == at).map_or(x_bytes, |(_, a)| a.as_slice())
+        acts.iter()
+            .find(|(t, _)| *t == at)
+            .map_or(x_bytes, |(_, a)| a.as_slice())
     };
 
     let threads = rayon::current_num_threads().max(1);
@@ -101,7 +164,11 @@ fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &
     let total: usize = ms.iter().map(|m| per_row(m) * m.rows).sum();
     let mut tasks = Vec::new();
     let planned = if swiglu { &ms[..1] } else { &ms[..] };
-    for (i, m) in planned.iter().enumerate().filter(|(_, m)| m.rows > 0 && m.cols > 0) {
+    for (i, m) in planned
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.rows > 0 && m.cols > 0)
+    {
         // Small jobs: rayon's fork/join would cost more than it saves. Otherwise enough tasks
         // to balance (4 per thread over all the matrices), each with enough work; a multiple of
         // 4 rows so the four-row kernels cover every task but a matrix's last.
@@ -109,15 +176,31 @@ fn many(isa: Isa, numerics: Numerics, ms: &[QMatrix], x: &[f32], n: usize, ys: &
             m.rows
         } else {
             let share = (m.rows * per_row(m)).div_ceil(total / (4 * threads)).max(1);
-            m.rows.div_ceil(share).max(MIN_TASK_BYTES.div_ceil(per_row(m))).next_multiple_of(4)
+            m.rows
+                .div_ceil(share)
+                .max(MIN_TASK_BYTES.div_ceil(per_row(m)))
+                .next_multiple_of(4)
         };
-        tasks.extend((0..m.rows).step_by(chunk).map(|r0| Task { m: i, r0, r1: (r0 + chunk).min(m.rows) }));
+        tasks.extend((0..m.rows).step_by(chunk).map(|r0| Task {
+            m: i,
+            r0,
+            r1: (r0 + chunk).min(m.rows),
+        }));
     }
     let run = |t: &Task| {
         let mats = if swiglu { 0..2 } else { t.m..t.m + 1 };
         for i in mats {
             let (m, act) = (&ms[i], act_of(&ms[i]));
-            m.rows_range(kernels[i], expand[i], act, act.len() / n, n, t.r0, t.r1, outs[i]);
+            m.rows_range(
+                kernels[i],
+                expand[i],
+                act,
+                act.len() / n,
+                n,
+                t.r0,
+                t.r1,
+                outs[i],
+            );
         }
         if swiglu {
             let rows = ms[0].rows;
@@ -154,9 +237,14 @@ impl<'a> QMatrix<'a> {
         activation_type(ty)?;
         let (qk, bs) = ty.block();
         if cols % qk != 0 {
-            bail!("QMatrix {}: cols {cols} is not a multiple of the block size {qk}", ty.name());
+            bail!(
+                "QMatrix {}: cols {cols} is not a multiple of the block size {qk}",
+                ty.name()
+            );
         }
-        let want = (cols / qk).checked_mul(bs).and_then(|r| r.checked_mul(rows));
+        let want = (cols / qk)
+            .checked_mul(bs)
+            .and_then(|r| r.checked_mul(rows));
         if want != Some(data.len()) {
             bail!(
                 "QMatrix {} {rows}x{cols}: expected {} bytes of data, got {}",
@@ -165,7 +253,12 @@ impl<'a> QMatrix<'a> {
                 data.len()
             );
         }
-        Ok(Self { ty, data, rows, cols })
+        Ok(Self {
+            ty,
+            data,
+            rows,
+            cols,
+        })
     }
 
     /// Bytes of one weight row.
@@ -190,10 +283,18 @@ impl<'a> QMatrix<'a> {
     fn check_io(&self, x: &[f32], n: usize, y: &[f32]) -> Result<Self> {
         let m = Self::try_new(self.ty, self.data, self.rows, self.cols)?;
         if n.checked_mul(m.cols) != Some(x.len()) {
-            bail!("matmul: x has {} values, expected n={n} × cols={}", x.len(), m.cols);
+            bail!(
+                "matmul: x has {} values, expected n={n} × cols={}",
+                x.len(),
+                m.cols
+            );
         }
         if n.checked_mul(m.rows) != Some(y.len()) {
-            bail!("matmul: y has {} values, expected n={n} × rows={}", y.len(), m.rows);
+            bail!(
+                "matmul: y has {} values, expected n={n} × rows={}",
+                y.len(),
+                m.rows
+            );
         }
         Ok(m)
     }
@@ -203,31 +304,45 @@ impl<'a> QMatrix<'a> {
     pub fn matmul_f32x(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
         let m = Self::try_new(self.ty, self.data, self.rows, self.cols)?;
         if n.checked_mul(m.cols) != Some(x.len()) || n.checked_mul(m.rows) != Some(y.len()) {
-            bail!("matmul: x has {} values and y {}, expected n={n} × {} and n × {}", x.len(), y.len(), m.cols, m.rows);
+            bail!(
+                "matmul: x has {} values and y {}, expected n={n} × {} and n × {}",
+                x.len(),
+                y.len(),
+                m.cols,
+                m.rows
+            );
         }
         let rb = m.row_bytes();
         let out = OutPtr(y.as_mut_ptr());
         let chunk = 64;
-        (0..m.rows.div_ceil(chunk)).into_par_iter().try_for_each(|c| -> Result<()> {
-            let out = &out; // the whole Send + Sync wrapper, not its raw-pointer field
-            let mut w = vec![0f32; m.cols];
-            for r in c * chunk..((c + 1) * chunk).min(m.rows) {
-                dequantize_row(m.ty, &m.data[r * rb..(r + 1) * rb], &mut w)?;
-                for (a, xa) in x.chunks_exact(m.cols).enumerate() {
-                    // Eight partial sums: lets the compiler vectorize without reassociating.
-                    let mut acc = [0f32; 8];
-                    for (wc, xc) in w.chunks_exact(8).zip(xa.chunks_exact(8)) {
-                        for k in 0..8 {
-                            acc[k] += wc[k] * xc[k];
+        (0..m.rows.div_ceil(chunk))
+            .into_par_iter()
+            .try_for_each(|c| -> Result<()> {
+                let out = &out; // the whole Send + Sync wrapper, not its raw-pointer field
+                let mut w = vec![0f32; m.cols];
+                for r in c * chunk..((c + 1) * chunk).min(m.rows) {
+                    dequantize_row(m.ty, &m.data[r * rb..(r + 1) * rb], &mut w)?;
+                    for (a, xa) in x.chunks_exact(m.cols).enumerate() {
+                        // Eight partial sums: lets the compiler vectorize without reassociating.
+                        let mut acc = [0f32; 8];
+                        for (wc, xc) in w.chunks_exact(8).zip(xa.chunks_exact(8)) {
+                            for k in 0..8 {
+                                acc[k] += wc[k] * xc[k];
+                            }
                         }
+                        let tail: f32 = w
+                            .chunks_exact(8)
+                            .remainder()
+                            .iter()
+                            .zip(xa.chunks_exact(8).remainder())
+                            .map(|(p, q)| p * q)
+                            .sum();
+                        // SAFETY: row r of activation row a is written by this task only.
+                        unsafe { *out.0.add(a * m.rows + r) = acc.iter().sum::<f32>() + tail };
                     }
-                    let tail: f32 = w.chunks_exact(8).remainder().iter().zip(xa.chunks_exact(8).remainder()).map(|(p, q)| p * q).sum();
-                    // SAFETY: row r of activation row a is written by this task only.
-                    unsafe { *out.0.add(a * m.rows + r) = acc.iter().sum::<f32>() + tail };
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            })
     }
 
     /// Rows `r0..r1` for all `n` activation rows. For n > 1 the weight rows go in L1-sized
@@ -237,13 +352,27 @@ impl<'a> QMatrix<'a> {
     /// With `expand` (batches only), each weight tile is first expanded ([`Expanded`]) and
     /// the expanded kernels run over it.
     #[allow(clippy::too_many_arguments)]
-    fn rows_range(&self, plain: (DotFn, Option<Dot4Fn>), expand: Option<Expanded>, act: &[u8], arb: usize, n: usize, r0: usize, r1: usize, out: OutPtr) {
+    fn rows_range(
+        &self,
+        plain: (DotFn, Option<Dot4Fn>),
+        expand: Option<Expanded>,
+        act: &[u8],
+        arb: usize,
+        n: usize,
+        r0: usize,
+        r1: usize,
+        out: OutPtr,
+    ) {
         let rb = self.row_bytes();
         let xrb = expand.map_or(rb, |e| self.cols / self.ty.block().0 * e.block_bytes);
         // Decode (n = 1) streams each row once anyway: no tiling. Tiles are sized by the packed
         // rows even when expanded (twice the bytes): sized by the expanded bytes instead, a
         // prefill-shaped Q4_1 1536×576, n = 64 mat-mul took 1.63 ms instead of 0.89.
-        let tile = if n == 1 { r1 - r0 } else { (TILE_BYTES / rb.max(1)).clamp(4, 64) & !3 };
+        let tile = if n == 1 {
+            r1 - r0
+        } else {
+            (TILE_BYTES / rb.max(1)).clamp(4, 64) & !3
+        };
         let mut buf = Vec::new();
         let mut t0 = r0;
         while t0 < r1 {

@@ -12,15 +12,15 @@
 //! tests hold them against each other.
 
 mod float;
-mod kquants;
-mod legacy;
-mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod float_avx2;
+mod kquants;
 #[cfg(target_arch = "x86_64")]
 mod kquants_avx2;
+mod legacy;
 #[cfg(target_arch = "x86_64")]
 mod legacy_avx2;
+mod matmul;
 
 use anyhow::{Result, bail};
 
@@ -46,7 +46,10 @@ impl Isa {
     pub fn detect() -> Isa {
         static CACHE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *CACHE.get_or_init(|| {
-            [Isa::AvxVnni, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
+            [Isa::AvxVnni, Isa::Avx2]
+                .into_iter()
+                .find(|i| i.available())
+                .unwrap_or(Isa::Scalar)
         })
     }
 
@@ -73,7 +76,10 @@ impl Isa {
 fn check_sizes(ty: GgmlType, n_elems: usize, n_bytes: usize, what: &str) -> Result<()> {
     let (qk, bs) = ty.block();
     if n_elems % qk != 0 {
-        bail!("{what} {}: {n_elems} elements is not a multiple of the block size {qk}", ty.name());
+        bail!(
+            "{what} {}: {n_elems} elements is not a multiple of the block size {qk}",
+            ty.name()
+        );
     }
     let want = n_elems / qk * bs;
     if want != n_bytes {
@@ -257,7 +263,11 @@ pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32>
     let at = activation_type(ty)?;
     let (aqk, abs) = at.block();
     if w.len() % wbs != 0 {
-        bail!("dot: {} weight row of {} bytes is not whole blocks of {wbs}", ty.name(), w.len());
+        bail!(
+            "dot: {} weight row of {} bytes is not whole blocks of {wbs}",
+            ty.name(),
+            w.len()
+        );
     }
     let n = w.len() / wbs * wqk;
     if act.len() != n / aqk * abs {

@@ -65,7 +65,14 @@ struct Barrier {
 
 impl Barrier {
     fn new(first_tid: usize, n: usize, timeout: Duration) -> Self {
-        Barrier { arrived: AtomicUsize::new(0), generation: AtomicU64::new(0), sites: AtomicU32::new(0), first_tid, n, timeout }
+        Barrier {
+            arrived: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            sites: AtomicU32::new(0),
+            first_tid,
+            n,
+            timeout,
+        }
     }
     fn wake_all(&self, blk: &Block) {
         for t in &blk.threads[self.first_tid..self.first_tid + self.n] {
@@ -82,11 +89,17 @@ impl Barrier {
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             let sites = self.sites.swap(0, Ordering::AcqRel);
             if sites.count_ones() > 1 {
-                let names: Vec<&str> =
-                    [Site::SyncThreads, Site::EndOfBlock, Site::WarpCollective].into_iter().filter(|s| sites & *s as u32 != 0).map(Site::name).collect();
+                let names: Vec<&str> = [Site::SyncThreads, Site::EndOfBlock, Site::WarpCollective]
+                    .into_iter()
+                    .filter(|s| sites & *s as u32 != 0)
+                    .map(Site::name)
+                    .collect();
                 blk.poisoned.store(true, Ordering::Release);
                 self.wake_all(blk);
-                panic!("host grid: deadlock: divergent barrier: threads of one block wait at different barriers ({})", names.join(", "));
+                panic!(
+                    "host grid: deadlock: divergent barrier: threads of one block wait at different barriers ({})",
+                    names.join(", ")
+                );
             }
             self.arrived.store(0, Ordering::Release);
             self.generation.store(generation + 1, Ordering::Release);
@@ -102,7 +115,10 @@ impl Barrier {
             if now > deadline {
                 blk.poisoned.store(true, Ordering::Release);
                 self.wake_all(blk);
-                panic!("host grid: deadlock in {}: not every thread reached it (divergent barrier/shuffle)", site.name());
+                panic!(
+                    "host grid: deadlock in {}: not every thread reached it (divergent barrier/shuffle)",
+                    site.name()
+                );
             }
             // Unpark tokens make a wake between the check and the park harmless; the timeout
             // only bounds how late a panic elsewhere in the block is noticed.
@@ -146,7 +162,8 @@ std::thread_local! {
 type CopyGroup = Vec<(usize, usize)>;
 
 fn ctx() -> Ctx {
-    CTX.with(|c| c.get()).expect("device function called outside a host-grid launch")
+    CTX.with(|c| c.get())
+        .expect("device function called outside a host-grid launch")
 }
 
 fn block() -> &'static Block {
@@ -163,15 +180,26 @@ pub fn launch<F: Fn() + Sync>(dims: LaunchDims, kernel: F) {
 /// [`launch`] with a custom deadlock timeout: how long a thread waits at a barrier before it
 /// declares the barrier divergent (tests of the detection itself use a short one).
 pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, kernel: F) {
-    assert!(dims.block >= 1 && dims.block <= 1024, "block size {} out of range", dims.block);
-    assert!(dims.block as usize % WARP == 0, "host grid needs whole warps (block {})", dims.block);
+    assert!(
+        dims.block >= 1 && dims.block <= 1024,
+        "block size {} out of range",
+        dims.block
+    );
+    assert!(
+        dims.block as usize % WARP == 0,
+        "host grid needs whole warps (block {})",
+        dims.block
+    );
     let warps = dims.block as usize / WARP;
     let words = (dims.shared_bytes as usize).div_ceil(16);
     let blk = Box::new(Block {
         barrier: Barrier::new(0, dims.block as usize, timeout),
         threads: (0..dims.block).map(|_| OnceLock::new()).collect(),
         warps: (0..warps)
-            .map(|w| Warp { barrier: Barrier::new(w * WARP, WARP, timeout), slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect() })
+            .map(|w| Warp {
+                barrier: Barrier::new(w * WARP, WARP, timeout),
+                slots: (0..WARP * SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            })
             .collect(),
         // 0x7FC0_0001-style pattern per f32: a quiet NaN, also an absurd integer.
         smem: std::vec![0x7fc0_0bad_7fc0_0bad_7fc0_0bad_7fc0_0badu128; words],
@@ -188,7 +216,15 @@ pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, 
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     for by in 0..dims.grid_y {
                         for bx in 0..dims.grid_x {
-                            CTX.with(|c| c.set(Some(Ctx { block: b, tid, bx, by, dims })));
+                            CTX.with(|c| {
+                                c.set(Some(Ctx {
+                                    block: b,
+                                    tid,
+                                    bx,
+                                    by,
+                                    dims,
+                                }))
+                            });
                             kernel();
                             // Copies never waited for die with the block (as on the GPU, where
                             // nothing could read them afterwards).
@@ -300,7 +336,10 @@ pub fn dp4a_s32(a: u32, b: u32, c: i32) -> i32 {
 }
 
 fn h2(w: u32) -> (f32, f32) {
-    (f16::from_bits(w as u16) as f32, f16::from_bits((w >> 16) as u16) as f32)
+    (
+        f16::from_bits(w as u16) as f32,
+        f16::from_bits((w >> 16) as u16) as f32,
+    )
 }
 
 /// The PTX ISA's fragment layout for m16n8k16 with f16 A (row) / B (col) and f32 C/D:
@@ -365,15 +404,23 @@ pub fn mma_m16n8k32_s32_s8(a: [u32; 4], b: [u32; 2], c: [i32; 4]) -> [i32; 4] {
     let lane = (ctx().tid as usize % WARP) as u32;
     core::array::from_fn(|i| {
         let (m, n) = frag_k32::c(lane, i as u32);
-        (0..32).fold(c[i], |acc, k| acc.wrapping_add(am[m as usize][k] * bm[k][n as usize]))
+        (0..32).fold(c[i], |acc, k| {
+            acc.wrapping_add(am[m as usize][k] * bm[k][n as usize])
+        })
     })
 }
 
 /// Queues the copy in this thread's open group; see `CP_ASYNC`.
 pub unsafe fn cp_async_16(dst: *mut u32, src: *const u32) {
-    assert!((dst as usize).is_multiple_of(16) && (src as usize).is_multiple_of(16), "cp_async_16: {dst:p} <- {src:p} not 16-byte aligned");
+    assert!(
+        (dst as usize).is_multiple_of(16) && (src as usize).is_multiple_of(16),
+        "cp_async_16: {dst:p} <- {src:p} not 16-byte aligned"
+    );
     let smem = block().smem.as_ptr_range();
-    assert!(smem.contains(&(dst as *const u128)), "cp_async_16: destination {dst:p} is not in shared memory");
+    assert!(
+        smem.contains(&(dst as *const u128)),
+        "cp_async_16: destination {dst:p} is not in shared memory"
+    );
     CP_ASYNC.with(|q| q.borrow_mut().1.push((dst as usize, src as usize)));
 }
 
@@ -398,7 +445,9 @@ pub fn cp_async_wait(pending: u32) {
 
 pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
     let bytes = ((b as u64) << 32 | a as u64).to_le_bytes();
-    u32::from_le_bytes(core::array::from_fn(|i| bytes[(sel >> (4 * i)) as usize & 7]))
+    u32::from_le_bytes(core::array::from_fn(|i| {
+        bytes[(sel >> (4 * i)) as usize & 7]
+    }))
 }
 
 /// Each half through f64 (exact for f16 products and their sums here), rounded once to f16.
@@ -437,7 +486,10 @@ pub fn sin_cos(x: f32) -> (f32, f32) {
 }
 
 pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
-    assert!(p as usize % 16 == 0, "ld_nc_v4: pointer {p:p} is not 16-byte aligned");
+    assert!(
+        p as usize % 16 == 0,
+        "ld_nc_v4: pointer {p:p} is not 16-byte aligned"
+    );
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
@@ -449,7 +501,10 @@ pub fn grid_dep_launch_dependents() {}
 pub fn prefetch_line_l2(_p: *const u8) {}
 
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
-    assert!((p as usize).is_multiple_of(16), "st_v4: pointer {p:p} is not 16-byte aligned");
+    assert!(
+        (p as usize).is_multiple_of(16),
+        "st_v4: pointer {p:p} is not 16-byte aligned"
+    );
     for (i, w) in v.into_iter().enumerate() {
         unsafe { *p.add(i) = w };
     }

@@ -16,9 +16,11 @@ pub mod nvptx;
 use nvptx as imp;
 
 pub use imp::{
-    block_dim, block_idx, block_idx_y, cp_async_16, fma_f16x2, mul_f16x2, prmt, sub_f16x2, cp_async_commit, cp_async_wait, dp4a_s32, fma_f32, grid_dep_launch_dependents, grid_dep_wait, grid_dim, grid_dim_y, ld_nc_v4, prefetch_line_l2, st_v4,
-    mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32, sqrt_f64,
-    sync_threads, thread_idx,
+    block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait, dp4a_s32,
+    fma_f16x2, fma_f32, grid_dep_launch_dependents, grid_dep_wait, grid_dim, grid_dim_y, ld_nc_v4,
+    mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, mul_f16x2, prefetch_line_l2, prmt,
+    round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32, shfl_xor_u32, sqrt_f64, st_v4,
+    sub_f16x2, sync_threads, thread_idx,
 };
 
 pub const WARP: u32 = policies::WARP;
@@ -182,7 +184,8 @@ pub unsafe fn block_sum_f64(mut v: f64, scratch: *mut f64) -> f64 {
     let mut m = WARP / 2;
     while m > 0 {
         let bits = v.to_bits();
-        let other = ((shfl_xor_u32((bits >> 32) as u32, m) as u64) << 32) | shfl_xor_u32(bits as u32, m) as u64;
+        let other = ((shfl_xor_u32((bits >> 32) as u32, m) as u64) << 32)
+            | shfl_xor_u32(bits as u32, m) as u64;
         v += f64::from_bits(other);
         m /= 2;
     }

@@ -152,7 +152,9 @@ pub fn cp_async_wait(pending: u32) {
 #[inline(always)]
 pub fn exp2(x: f32) -> f32 {
     let r: f32;
-    unsafe { asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -160,7 +162,9 @@ pub fn exp2(x: f32) -> f32 {
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {
     let r: f32;
-    unsafe { asm!("rsqrt.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("rsqrt.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -169,7 +173,9 @@ pub fn rsqrt(x: f32) -> f32 {
 #[inline(always)]
 pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -177,7 +183,9 @@ pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
 #[inline(always)]
 pub fn sub_f16x2(a: u32, b: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("sub.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("sub.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -185,7 +193,9 @@ pub fn sub_f16x2(a: u32, b: u32) -> u32 {
 #[inline(always)]
 pub fn mul_f16x2(a: u32, b: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -193,7 +203,9 @@ pub fn mul_f16x2(a: u32, b: u32) -> u32 {
 #[inline(always)]
 pub fn fma_f16x2(a: u32, b: u32, c: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("fma.rn.f16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("fma.rn.f16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -201,7 +213,9 @@ pub fn fma_f16x2(a: u32, b: u32, c: u32) -> u32 {
 #[inline(always)]
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     let r: f32;
-    unsafe { asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -209,7 +223,9 @@ pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
 #[inline(always)]
 pub fn sqrt_f64(x: f64) -> f64 {
     let r: f64;
-    unsafe { asm!("sqrt.rn.f64 {r}, {x};", r = out(reg64) r, x = in(reg64) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("sqrt.rn.f64 {r}, {x};", r = out(reg64) r, x = in(reg64) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -235,7 +251,9 @@ pub fn sin_cos(x: f32) -> (f32, f32) {
 #[inline(always)]
 fn round(x: f32) -> f32 {
     let r: f32;
-    unsafe { asm!("cvt.rni.f32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rni.f32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -286,7 +304,9 @@ pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
 #[inline(always)]
 pub fn round_to_i32(x: f32) -> i32 {
     let r: i32;
-    unsafe { asm!("cvt.rni.s32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rni.s32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -295,7 +315,13 @@ pub fn round_to_i32(x: f32) -> i32 {
 #[inline(always)]
 pub fn round_half_away_to_i32(x: f32) -> i32 {
     let t: f32;
-    unsafe { asm!("cvt.rzi.f32.f32 {t}, {x};", t = out(reg32) t, x = in(reg32) x, options(pure, nomem, nostack)) };
-    let r = if (x - t).abs() >= 0.5 { t + x.signum() } else { t };
+    unsafe {
+        asm!("cvt.rzi.f32.f32 {t}, {x};", t = out(reg32) t, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    let r = if (x - t).abs() >= 0.5 {
+        t + x.signum()
+    } else {
+        t
+    };
     r as i32
 }

@@ -30,7 +30,10 @@ const ROWS_IN_FLIGHT: u32 = 4;
 /// Floats of a softmax partial record before its `head_dim` weighted V sums: max, exp-sum.
 const STATS: u32 = 2;
 
-const _: () = assert!(MAX_HEAD_DIM / WARP == VEC as u32, "pass 2 keeps head_dim / 32 sums per lane in a VEC array");
+const _: () = assert!(
+    MAX_HEAD_DIM / WARP == VEC as u32,
+    "pass 2 keeps head_dim / 32 sums per lane in a VEC array"
+);
 
 /// How the cache of `max_ctx` positions is split for `n` tokens: `(splits, span)`, `span` being
 /// the positions of one split (whole chunks). One split per chunk unless that would exceed
@@ -38,7 +41,13 @@ const _: () = assert!(MAX_HEAD_DIM / WARP == VEC as u32, "pass 2 keeps head_dim 
 pub const fn kv_splits<P: TargetPolicy>(n: u32, max_ctx: u32) -> (u32, u32) {
     let chunks = max_ctx.div_ceil(P::ATTN_CHUNK);
     let cap = P::ATTN_MAX_PARTIALS / n;
-    let wanted = if chunks <= cap { chunks } else if cap > 0 { cap } else { 1 };
+    let wanted = if chunks <= cap {
+        chunks
+    } else if cap > 0 {
+        cap
+    } else {
+        1
+    };
     let span = chunks.div_ceil(wanted) * P::ATTN_CHUNK;
     (max_ctx.div_ceil(span), span)
 }
@@ -93,7 +102,12 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
 ) {
     let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
     let (per_block, slices) = head_slices(heads, kv_heads);
-    let (slice, split, kvh, t) = (block_idx() % slices, block_idx() / slices % splits, block_idx() / slices / splits, block_idx_y());
+    let (slice, split, kvh, t) = (
+        block_idx() % slices,
+        block_idx() / slices % splits,
+        block_idx() / slices / splits,
+        block_idx_y(),
+    );
     let len = unsafe { *pos } + t + 1;
     let start = split * span;
     if start >= len {
@@ -125,13 +139,16 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     let mine = start + warp_id() * rows + sub; // this lane's row in the first step
     let load = |p: u32| {
         if p < end && active {
-            let at = |cache: *const u16| unsafe { cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize) } as *const u32;
+            let at = |cache: *const u16| unsafe {
+                cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize)
+            } as *const u32;
             unsafe { (ld_nc_v4(at(k)), ld_nc_v4(at(v))) }
         } else {
             ([0; 4], [0; 4])
         }
     };
-    let mut queue: [([u32; 4], [u32; 4]); ROWS_IN_FLIGHT as usize] = core::array::from_fn(|u| load(mine + u as u32 * step));
+    let mut queue: [([u32; 4], [u32; 4]); ROWS_IN_FLIGHT as usize] =
+        core::array::from_fn(|u| load(mine + u as u32 * step));
     let mut run = [Running::EMPTY; MAX_GROUP as usize];
     let mut b = start;
     while b < end {
@@ -161,19 +178,34 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     let slot = warp_id() * rows + sub;
     for (g, r) in run.iter().enumerate() {
         if g < gs {
-            let rec = unsafe { smem.add(((slot * per_block + g as u32) * record_floats(head_dim)) as usize) };
-            unsafe { r.store(rec, dim0 == 0, if active { VEC as u32 } else { 0 }, |j| dim0 + j) };
+            let rec = unsafe {
+                smem.add(((slot * per_block + g as u32) * record_floats(head_dim)) as usize)
+            };
+            unsafe {
+                r.store(rec, dim0 == 0, if active { VEC as u32 } else { 0 }, |j| {
+                    dim0 + j
+                })
+            };
         }
     }
     unsafe {
-        merge_slots(smem, warps * rows, per_block, gs as u32, head_dim, |g, d, m, l, a| {
-            let rec = part.add((((t * heads + h0 + g) * splits + split) * record_floats(head_dim)) as usize);
-            if d == 0 {
-                *rec = m;
-                *rec.add(1) = l;
-            }
-            *rec.add((STATS + d) as usize) = a;
-        })
+        merge_slots(
+            smem,
+            warps * rows,
+            per_block,
+            gs as u32,
+            head_dim,
+            |g, d, m, l, a| {
+                let rec = part.add(
+                    (((t * heads + h0 + g) * splits + split) * record_floats(head_dim)) as usize,
+                );
+                if d == 0 {
+                    *rec = m;
+                    *rec.add(1) = l;
+                }
+                *rec.add((STATS + d) as usize) = a;
+            },
+        )
     };
 }
 
@@ -216,7 +248,12 @@ pub unsafe fn attention_combine<P: TargetPolicy>(
     }
     let smem: *mut f32 = shared_mem();
     unsafe {
-        run.store(smem.add((warp_id() * rec_len) as usize), lane() == 0, per_lane, |j| lane() + WARP * j);
+        run.store(
+            smem.add((warp_id() * rec_len) as usize),
+            lane() == 0,
+            per_lane,
+            |j| lane() + WARP * j,
+        );
         // `merge_slots` hands dimension d to thread d mod block_dim, in warp-uniform rounds
         // (head_dim and block_dim are multiples of 32), so a warp holds one Q8_1 block.
         merge_slots(smem, P::ATTN_WARPS, 1, 1, head_dim, |_, d, _, l, a| {
@@ -239,7 +276,11 @@ struct Running {
 }
 
 impl Running {
-    const EMPTY: Running = Running { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; VEC] };
+    const EMPTY: Running = Running {
+        m: f32::NEG_INFINITY,
+        l: 0.0,
+        acc: [0.0; VEC],
+    };
 
     /// Fold in another partial (max `m`, exp-sum `l`, sums `acc`; a single score `s` with its V
     /// row is `(s, 1, v)`), rescaling both to the larger max. `m` must be finite.
@@ -274,7 +315,14 @@ impl Running {
 /// thread must call, after storing its records; `recs` needs [`merge_floats`]`(slots, stride,
 /// head_dim)` floats.
 #[inline(always)]
-unsafe fn merge_slots(recs: *mut f32, slots: u32, stride: u32, heads: u32, head_dim: u32, emit: impl Fn(u32, u32, f32, f32, f32)) {
+unsafe fn merge_slots(
+    recs: *mut f32,
+    slots: u32,
+    stride: u32,
+    heads: u32,
+    head_dim: u32,
+    emit: impl Fn(u32, u32, f32, f32, f32),
+) {
     let rec_len = record_floats(head_dim);
     let rec = |s: u32, g: u32| unsafe { recs.add(((s * stride + g) * rec_len) as usize) };
     let weights = unsafe { recs.add((slots * stride * rec_len) as usize) };

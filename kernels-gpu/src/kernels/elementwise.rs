@@ -44,7 +44,11 @@ pub unsafe fn rope<P: TargetPolicy>(
 /// (2i, 2i+1) for llama.
 #[inline(always)]
 pub fn rope_pair(i: u32, rot_dim: u32, neox: u32) -> (u32, u32) {
-    if neox != 0 { (i, i + rot_dim / 2) } else { (2 * i, 2 * i + 1) }
+    if neox != 0 {
+        (i, i + rot_dim / 2)
+    } else {
+        (2 * i, 2 * i + 1)
+    }
 }
 
 /// `(a, b)` rotated by pos·base^(−2i/rot_dim). Every RoPE kernel goes through here, so the
@@ -101,12 +105,24 @@ pub unsafe fn embed_split<P: TargetPolicy, F: SplitFormat>(
     let (t, c) = ((id / cols) as usize, (id % cols) as usize);
     let nb = cols as usize / QK;
     let blk = unsafe { *ids.add(t) } as usize * nb + c / QK;
-    let v = unsafe { F::element(qs.add(blk * F::QS_WORDS * 4), scales.add(blk * F::SCALE_BYTES), c % QK) };
+    let v = unsafe {
+        F::element(
+            qs.add(blk * F::QS_WORDS * 4),
+            scales.add(blk * F::SCALE_BYTES),
+            c % QK,
+        )
+    };
     unsafe { *out.add(id as usize) = v };
 }
 
 /// Embedding lookup from an f16 table. Threads: `n × cols`.
-pub unsafe fn embed_f16<P: TargetPolicy>(table: *const u16, ids: *const u32, out: *mut f32, cols: u32, threads: u32) {
+pub unsafe fn embed_f16<P: TargetPolicy>(
+    table: *const u16,
+    ids: *const u32,
+    out: *mut f32,
+    cols: u32,
+    threads: u32,
+) {
     let id = global_id();
     if id >= threads {
         return;

@@ -60,7 +60,18 @@ pub unsafe fn flash_prefill<P: TargetPolicy>(
     }
 }
 
-type Args = (*const f32, *const u16, *const u16, *mut f32, *const u32, u32, u32, u32, u32, f32);
+type Args = (
+    *const f32,
+    *const u16,
+    *const u16,
+    *mut f32,
+    *const u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    f32,
+);
 
 /// Two f32 as the f16 pair of one fragment register (the lower k in the low half).
 #[inline(always)]
@@ -80,13 +91,22 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
     // Q as A fragments, pre-scaled into the exp2 domain (2^(s·log2 e) = e^s); rows past `n`
     // are zero and never stored.
     let qv = |r: usize, d: u32| {
-        let x = if rows[r] < n { unsafe { *q.add(((rows[r] * heads + h) * D + d) as usize) } } else { 0.0 };
+        let x = if rows[r] < n {
+            unsafe { *q.add(((rows[r] * heads + h) * D + d) as usize) }
+        } else {
+            0.0
+        };
         x * scale * core::f32::consts::LOG2_E
     };
     let mut qa = [[0u32; 4]; KS];
     unroll::<KS>(|ks| {
         let d = 16 * ks as u32 + 2 * t;
-        qa[ks] = [pack(qv(0, d), qv(0, d + 1)), pack(qv(1, d), qv(1, d + 1)), pack(qv(0, d + 8), qv(0, d + 9)), pack(qv(1, d + 8), qv(1, d + 9))];
+        qa[ks] = [
+            pack(qv(0, d), qv(0, d + 1)),
+            pack(qv(1, d), qv(1, d + 1)),
+            pack(qv(0, d + 8), qv(0, d + 9)),
+            pack(qv(1, d + 8), qv(1, d + 9)),
+        ];
     });
 
     // The last position any row of this block attends.
@@ -106,7 +126,16 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
             let p = base + row;
             let src = ((kvh * max_ctx + p) * D + col) as usize;
             // Positions past the causal end are zeros (finite: their scores are masked anyway).
-            let (kw, vw) = if p <= last { unsafe { (ld_nc_v4(k.add(src) as *const u32), ld_nc_v4(v.add(src) as *const u32)) } } else { ([0; 4], [0; 4]) };
+            let (kw, vw) = if p <= last {
+                unsafe {
+                    (
+                        ld_nc_v4(k.add(src) as *const u32),
+                        ld_nc_v4(v.add(src) as *const u32),
+                    )
+                }
+            } else {
+                ([0; 4], [0; 4])
+            };
             let dst = (row * stride + col) as usize;
             unsafe {
                 *(ks_mem.add(dst) as *mut [u32; 4]) = kw;
@@ -122,7 +151,12 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
         unroll::<{ (FLASH_KV / 8) as usize }>(|nt| {
             let krow = unsafe { ks_mem.add(((8 * nt as u32 + g) * stride + 2 * t) as usize) };
             unroll::<KS>(|ks| {
-                let b = unsafe { [*(krow.add(16 * ks) as *const u32), *(krow.add(16 * ks + 8) as *const u32)] };
+                let b = unsafe {
+                    [
+                        *(krow.add(16 * ks) as *const u32),
+                        *(krow.add(16 * ks + 8) as *const u32),
+                    ]
+                };
                 s[nt] = mma_m16n8k16_f32_f16(qa[ks], b, s[nt]);
             });
         });
@@ -166,11 +200,21 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
         // positions of one dimension per word, read as halves.
         unroll::<{ (FLASH_KV / 16) as usize }>(|kk| {
             let (s0, s1) = (s[2 * kk], s[2 * kk + 1]);
-            let pa = [pack(s0[0], s0[1]), pack(s0[2], s0[3]), pack(s1[0], s1[1]), pack(s1[2], s1[3])];
-            let vrow = |dr: u32, col: u32| unsafe { *vs_mem.add(((16 * kk as u32 + 2 * t + dr) * stride + col) as usize) } as u32;
+            let pa = [
+                pack(s0[0], s0[1]),
+                pack(s0[2], s0[3]),
+                pack(s1[0], s1[1]),
+                pack(s1[2], s1[3]),
+            ];
+            let vrow = |dr: u32, col: u32| unsafe {
+                *vs_mem.add(((16 * kk as u32 + 2 * t + dr) * stride + col) as usize)
+            } as u32;
             unroll::<ND>(|nd| {
                 let col = 8 * nd as u32 + g;
-                let b = [vrow(0, col) | vrow(1, col) << 16, vrow(8, col) | vrow(9, col) << 16];
+                let b = [
+                    vrow(0, col) | vrow(1, col) << 16,
+                    vrow(8, col) | vrow(9, col) << 16,
+                ];
                 o[nd] = mma_m16n8k16_f32_f16(pa, b, o[nd]);
             });
         });

@@ -27,8 +27,21 @@ pub trait SplitFormat: 'static {
     /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq): the exact integer dot of
     /// [`codes4`](Self::codes4) with `xq`, then [`scale_dot`](Self::scale_dot).
     #[inline(always)]
-    fn block_dot(acc: f32, qs: &[u32; 8], scale: *const u8, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
-        Self::scale_dot(acc, Self::scales(scale), Self::int_dot(qs, xq) as f32, xd, xs)
+    fn block_dot(
+        acc: f32,
+        qs: &[u32; 8],
+        scale: *const u8,
+        xq: &[u32; 8],
+        xd: f32,
+        xs: f32,
+    ) -> f32 {
+        Self::scale_dot(
+            acc,
+            Self::scales(scale),
+            Self::int_dot(qs, xq) as f32,
+            xd,
+            xs,
+        )
     }
 
     /// Σ codes·xq over one block, exact (`dp4a`).
@@ -304,17 +317,25 @@ pub const fn split_plane_bytes<F: SplitFormat>(rows: usize, cols: usize) -> (usi
 
 /// Split GGUF blocks (`src`, `rows × cols` elements) into the quants and scales planes.
 /// Returns `false` if the sizes do not match (the caller reports which tensor).
-pub fn split_gguf_blocks<F: SplitFormat>(src: &[u8], rows: usize, cols: usize, qs: &mut [u8], scales: &mut [u8]) -> bool {
+pub fn split_gguf_blocks<F: SplitFormat>(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    qs: &mut [u8],
+    scales: &mut [u8],
+) -> bool {
     let blocks = rows * (cols / QK);
     let (qb, sb) = split_plane_bytes::<F>(rows, cols);
-    if cols % QK != 0 || src.len() != blocks * F::GGUF_BYTES || qs.len() != qb || scales.len() != sb {
+    if cols % QK != 0 || src.len() != blocks * F::GGUF_BYTES || qs.len() != qb || scales.len() != sb
+    {
         return false;
     }
     let q_bytes = F::QS_WORDS * 4;
     for b in 0..blocks {
         let blk = &src[b * F::GGUF_BYTES..(b + 1) * F::GGUF_BYTES];
         // GGUF blocks start with their scale(s); the quants follow.
-        scales[b * F::SCALE_BYTES..(b + 1) * F::SCALE_BYTES].copy_from_slice(&blk[..F::SCALE_BYTES]);
+        scales[b * F::SCALE_BYTES..(b + 1) * F::SCALE_BYTES]
+            .copy_from_slice(&blk[..F::SCALE_BYTES]);
         qs[b * q_bytes..(b + 1) * q_bytes].copy_from_slice(&blk[F::SCALE_BYTES..]);
     }
     true

@@ -20,7 +20,12 @@ const fn div_ceil(a: u32, b: u32) -> u32 {
 /// Mat-vec (any weight format): `rows` outputs for each of `n` activation rows, one block per
 /// row group.
 pub const fn matvec<P: TargetPolicy>(rows: u32, n: u32) -> Dims {
-    Dims { grid_x: div_ceil(rows, matvec_rows_per_block::<P>()), grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
+    Dims {
+        grid_x: div_ceil(rows, matvec_rows_per_block::<P>()),
+        grid_y: n,
+        block: P::MATVEC_WARPS * WARP,
+        shared_bytes: 0,
+    }
 }
 
 /// The split-format mat-vec on a device with `sms` multiprocessors: at most one resident wave
@@ -28,14 +33,22 @@ pub const fn matvec<P: TargetPolicy>(rows: u32, n: u32) -> Dims {
 pub const fn matvec_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Dims {
     let all = matvec::<P>(rows, n);
     let wave = sms * P::MATVEC_BLOCKS_PER_SM;
-    Dims { grid_x: if all.grid_x < wave { all.grid_x } else { wave }, ..all }
+    Dims {
+        grid_x: if all.grid_x < wave { all.grid_x } else { wave },
+        ..all
+    }
 }
 
 /// The one-row-per-warp mat-vecs over several matrices (`matvec3_split`, `matvec_swiglu_split`):
 /// `groups` = Σ over the matrices of ⌈rows / MATVEC_WARPS⌉, at most one resident wave.
 pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Dims {
     let wave = sms * P::MATVEC_BLOCKS_PER_SM;
-    Dims { grid_x: if groups < wave { groups } else { wave }, grid_y: n, block: P::MATVEC_WARPS * WARP, shared_bytes: 0 }
+    Dims {
+        grid_x: if groups < wave { groups } else { wave },
+        grid_y: n,
+        block: P::MATVEC_WARPS * WARP,
+        shared_bytes: 0,
+    }
 }
 
 /// Quantized GEMM (`kernels/mma.rs`): one block per `TILE_N` tokens (x) × `TILE_M` rows (y),
@@ -53,12 +66,22 @@ pub const fn mma<P: TargetPolicy>(rows: u32, n: u32, qs_words: u32) -> Dims {
 /// Activation quantization to Q8_1 blocks: one warp per 32-element block.
 pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     let warps = P::ROW_THREADS / WARP;
-    Dims { grid_x: div_ceil(cols / 32, warps), grid_y: n, block: P::ROW_THREADS, shared_bytes: 0 }
+    Dims {
+        grid_x: div_ceil(cols / 32, warps),
+        grid_y: n,
+        block: P::ROW_THREADS,
+        shared_bytes: 0,
+    }
 }
 
 /// One block per row (RMSNorm, softmax): needs one f64 of scratch per warp (the norms sum in f64).
 pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
-    Dims { grid_x: rows, grid_y: 1, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
+    Dims {
+        grid_x: rows,
+        grid_y: 1,
+        block: P::ROW_THREADS,
+        shared_bytes: (P::ROW_THREADS / WARP) * 8,
+    }
 }
 
 /// The register-resident norm (`rms_norm_q8`): one block per row, one thread per
@@ -67,53 +90,98 @@ pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
     let chunks = div_ceil(cols, 4);
     let per_thread = div_ceil(chunks, 1024);
     let threads = div_ceil(div_ceil(chunks, per_thread), WARP) * WARP;
-    Dims { grid_x: rows, grid_y: 1, block: threads, shared_bytes: (threads / WARP) * 8 }
+    Dims {
+        grid_x: rows,
+        grid_y: 1,
+        block: threads,
+        shared_bytes: (threads / WARP) * 8,
+    }
 }
 
 /// Blocks of row argmax pass 1 for rows of `cols`: about 4 elements per thread, at most 256.
 pub const fn argmax_parts<P: TargetPolicy>(cols: u32) -> u32 {
     let parts = div_ceil(cols, P::ROW_THREADS * 4);
-    if parts > 256 { 256 } else if parts == 0 { 1 } else { parts }
+    if parts > 256 {
+        256
+    } else if parts == 0 {
+        1
+    } else {
+        parts
+    }
 }
 
 /// Row argmax pass 1: [`argmax_parts`] blocks per row; a (value, index) pair of scratch per warp.
 pub const fn argmax_blocks<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
-    Dims { grid_x: argmax_parts::<P>(cols), grid_y: rows, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
+    Dims {
+        grid_x: argmax_parts::<P>(cols),
+        grid_y: rows,
+        block: P::ROW_THREADS,
+        shared_bytes: (P::ROW_THREADS / WARP) * 8,
+    }
 }
 
 /// Row argmax pass 2: one block per row.
 pub const fn argmax_merge<P: TargetPolicy>(rows: u32) -> Dims {
-    Dims { grid_x: 1, grid_y: rows, block: P::ROW_THREADS, shared_bytes: (P::ROW_THREADS / WARP) * 8 }
+    Dims {
+        grid_x: 1,
+        grid_y: rows,
+        block: P::ROW_THREADS,
+        shared_bytes: (P::ROW_THREADS / WARP) * 8,
+    }
 }
 
 /// `rope_store`: one block per (query, key or value head, token), as [`per_row`] blocks.
 pub const fn rope_store<P: TargetPolicy>(heads: u32, kv_heads: u32, n: u32) -> Dims {
-    Dims { grid_x: heads + 2 * kv_heads, grid_y: n, ..per_row::<P>(1) }
+    Dims {
+        grid_x: heads + 2 * kv_heads,
+        grid_y: n,
+        ..per_row::<P>(1)
+    }
 }
 
 /// One thread per element (or per pair, for RoPE).
 pub const fn flat<P: TargetPolicy>(threads: u32) -> Dims {
-    Dims { grid_x: div_ceil(threads, P::ROW_THREADS), grid_y: 1, block: P::ROW_THREADS, shared_bytes: 0 }
+    Dims {
+        grid_x: div_ceil(threads, P::ROW_THREADS),
+        grid_y: 1,
+        block: P::ROW_THREADS,
+        shared_bytes: 0,
+    }
 }
 
 /// Split-KV attention, pass 1: along x one block per (KV head, split of the cache, slice of the
 /// head group), slices innermost so blocks reading the same K/V rows run together; along y one
 /// per token. Shared memory: the block's per-(warp row, head) partials. Depends on the cache
 /// size, not the position, so a recorded launch replays at every step.
-pub const fn attention_chunks<P: TargetPolicy>(heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> Dims {
+pub const fn attention_chunks<P: TargetPolicy>(
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    n_tokens: u32,
+    max_ctx: u32,
+) -> Dims {
     let (splits, _) = attention::kv_splits::<P>(n_tokens, max_ctx);
     let (per_block, slices) = attention::head_slices(heads, kv_heads);
     Dims {
         grid_x: kv_heads * splits * slices,
         grid_y: n_tokens,
         block: P::ATTN_WARPS * WARP,
-        shared_bytes: attention::merge_floats(attention::chunk_slots::<P>(head_dim), per_block, head_dim) * 4,
+        shared_bytes: attention::merge_floats(
+            attention::chunk_slots::<P>(head_dim),
+            per_block,
+            head_dim,
+        ) * 4,
     }
 }
 
 /// Split-KV attention, pass 2: one block per (query head, token); shared memory: one partial per warp.
 pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
-    Dims { grid_x: heads, grid_y: n_tokens, block: P::ATTN_WARPS * WARP, shared_bytes: attention::merge_floats(P::ATTN_WARPS, 1, head_dim) * 4 }
+    Dims {
+        grid_x: heads,
+        grid_y: n_tokens,
+        block: P::ATTN_WARPS * WARP,
+        shared_bytes: attention::merge_floats(P::ATTN_WARPS, 1, head_dim) * 4,
+    }
 }
 
 /// Tensor-core prefill attention (`kernels/flash.rs`): one block per (query head, tile of
@@ -128,7 +196,15 @@ pub const fn flash_prefill(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
 }
 
 /// f32 scratch the two attention passes exchange: one partial record per (token, query head, split).
-pub const fn attention_scratch<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
+pub const fn attention_scratch<P: TargetPolicy>(
+    heads: u32,
+    head_dim: u32,
+    n_tokens: u32,
+    max_ctx: u32,
+) -> usize {
     let (splits, _) = attention::kv_splits::<P>(n_tokens, max_ctx);
-    n_tokens as usize * heads as usize * splits as usize * attention::record_floats(head_dim) as usize
+    n_tokens as usize
+        * heads as usize
+        * splits as usize
+        * attention::record_floats(head_dim) as usize
 }

@@ -7,7 +7,6 @@ use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
 use policies::TargetPolicy;
 
-
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
 /// `xds` (`n × cols/32` pairs of f32: `d`, `d·Σq`, both rounded to f16 precision). `cols % 32 == 0`. Launch: [`launch::quantize_q8_1`].
 ///
@@ -150,7 +149,12 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     pdl_wait::<P>();
     while group * group_rows < rows {
         let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
-        let w = core::array::from_fn(|r| WeightRow { qs, scales, row: row0 + r, live: row0 + r < rows });
+        let w = core::array::from_fn(|r| WeightRow {
+            qs,
+            scales,
+            row: row0 + r,
+            live: row0 + r < rows,
+        });
         let dots = unsafe { warp_dots::<F, R, U>(&w, x, nb) };
         for (r, s) in dots.iter().enumerate() {
             if lane() == 0 && w[r].live {
@@ -166,7 +170,14 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
 /// Mat-vecs call this before [`pdl_wait`]: the weights do not depend on the previous grid, so
 /// under programmatic dependent launch their first bytes arrive while it still finishes.
 #[inline(always)]
-fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(qs: *const u32, scales: *const u8, row0: usize, rows: usize, total: usize, nb: usize) {
+fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    row0: usize,
+    rows: usize,
+    total: usize,
+    nb: usize,
+) {
     let rows = rows.min(total.saturating_sub(row0));
     if P::HAS_PDL && block_idx_y() == 0 && rows > 0 {
         let (q_row, s_row) = (nb * F::QS_WORDS * 4, nb * F::SCALE_BYTES);
@@ -188,7 +199,11 @@ struct WeightRow {
 /// The full dot products (every lane gets them) of the activation row `x` = (`xq`, `xds`) with
 /// `R` weight rows, which may come from different matrices. Every lane of the warp must call.
 #[inline(always)]
-unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightRow; R], x: (*const u32, *const f32), nb: usize) -> [f32; R] {
+unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
+    w: &[WeightRow; R],
+    x: (*const u32, *const f32),
+    nb: usize,
+) -> [f32; R] {
     let (xq_row, xds_row) = x;
     let mut acc = [0f32; R];
     let mut b0 = lane() as usize;
@@ -207,7 +222,9 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightR
                 xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
                 unroll::<R>(|r| {
                     if w[r].live {
-                        wq[r][u] = unsafe { load_block_quants::<F>(w[r].qs.add((w[r].row * nb + b) * F::QS_WORDS)) };
+                        wq[r][u] = unsafe {
+                            load_block_quants::<F>(w[r].qs.add((w[r].row * nb + b) * F::QS_WORDS))
+                        };
                     }
                 });
             }
@@ -231,7 +248,11 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(w: &[WeightR
 
 /// [`warp_dots`] with the policy's blocks in flight (a const generic, hence the match).
 #[inline(always)]
-unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(w: &[WeightRow; R], x: (*const u32, *const f32), nb: usize) -> [f32; R] {
+unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
+    w: &[WeightRow; R],
+    x: (*const u32, *const f32),
+    nb: usize,
+) -> [f32; R] {
     unsafe {
         match P::MATVEC_BLOCKS_IN_FLIGHT {
             1 => warp_dots::<F, R, 1>(w, x, nb),
@@ -281,7 +302,13 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
         } else if group < groups[0] + groups[1] {
             (w1, s1, y1, rows1 as usize, group - groups[0])
         } else {
-            (w2, s2, y2, rows2 as usize, group.saturating_sub(groups[0] + groups[1]))
+            (
+                w2,
+                s2,
+                y2,
+                rows2 as usize,
+                group.saturating_sub(groups[0] + groups[1]),
+            )
         }
     };
     let mut group = block_idx() as usize;
@@ -291,7 +318,12 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     while group < groups[0] + groups[1] + groups[2] {
         let (qs, scales, y, rows, g) = pick(group);
         let row = g * warps + warp_id() as usize;
-        let w = [WeightRow { qs, scales, row, live: row < rows }];
+        let w = [WeightRow {
+            qs,
+            scales,
+            row,
+            live: row < rows,
+        }];
         let [s] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, x, nb) };
         if lane() == 0 && row < rows {
             unsafe { *y.add(t * rows + row) = s };
@@ -327,7 +359,20 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
-        let w = [WeightRow { qs: gate_qs, scales: gate_scales, row, live }, WeightRow { qs: up_qs, scales: up_scales, row, live }];
+        let w = [
+            WeightRow {
+                qs: gate_qs,
+                scales: gate_scales,
+                row,
+                live,
+            },
+            WeightRow {
+                qs: up_qs,
+                scales: up_scales,
+                row,
+                live,
+            },
+        ];
         let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
         if lane() == 0 && live {
             unsafe { *y.add(t * rows + row) = silu(g) * u };
@@ -341,8 +386,19 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
 /// traffic of the Q8_1 path, but no 8-bit activation codes, so two backends computing this
 /// agree to float rounding (kiln's `--f32-activations` mode). One row per warp, grid-striding.
 /// Launch: [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows/warps⌉.
-pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32) {
-    let (nb, t, rows) = ((cols / QK as u32) as usize, block_idx_y() as usize, rows as usize);
+pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    x: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
+    let (nb, t, rows) = (
+        (cols / QK as u32) as usize,
+        block_idx_y() as usize,
+        rows as usize,
+    );
     let x_row = unsafe { x.add(t * cols as usize) } as *const u32;
     let warps = P::MATVEC_WARPS as usize;
     let mut group = block_idx() as usize;
@@ -357,7 +413,11 @@ pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(qs: *const u32,
                 let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
                 unroll::<4>(|j| xv[4 * k + j] = f32::from_bits(v[j]));
             });
-            acc += F::block_dot_f32(&w, unsafe { scales.add((row * nb + b) * F::SCALE_BYTES) }, &xv);
+            acc += F::block_dot_f32(
+                &w,
+                unsafe { scales.add((row * nb + b) * F::SCALE_BYTES) },
+                &xv,
+            );
             b += WARP as usize;
         }
         let s = warp_sum(acc);
@@ -372,7 +432,13 @@ pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(qs: *const u32,
 /// `cols % 8 == 0`). Each lane takes 8 columns per step. Launch: [`launch::matvec`].
 ///
 /// [`launch::matvec`]: crate::kernels::launch::matvec
-pub unsafe fn matvec_f16<P: TargetPolicy>(w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32) {
+pub unsafe fn matvec_f16<P: TargetPolicy>(
+    w: *const u16,
+    x: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
     unsafe {
         match P::MATVEC_ROWS_PER_WARP {
             1 => matvec_f16_rows::<P, 1>(w, x, y, rows, cols),
@@ -383,7 +449,13 @@ pub unsafe fn matvec_f16<P: TargetPolicy>(w: *const u16, x: *const f32, y: *mut 
 }
 
 #[inline(always)]
-unsafe fn matvec_f16_rows<P: TargetPolicy, const R: usize>(w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32) {
+unsafe fn matvec_f16_rows<P: TargetPolicy, const R: usize>(
+    w: *const u16,
+    x: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
     let (rows, cols, t) = (rows as usize, cols as usize, block_idx_y() as usize);
     let row0 = (block_idx() * P::MATVEC_WARPS + warp_id()) as usize * R;
     let x_row = unsafe { x.add(t * cols) } as *const u32;
@@ -398,7 +470,8 @@ unsafe fn matvec_f16_rows<P: TargetPolicy, const R: usize>(w: *const u16, x: *co
             if row < rows {
                 let wv = unsafe { ld_nc_v4((w.add(row * cols + c * 8)) as *const u32) };
                 for (k, word) in wv.iter().enumerate() {
-                    *a += f16_to_f32(*word as u16) * xv[2 * k] + f16_to_f32((*word >> 16) as u16) * xv[2 * k + 1];
+                    *a += f16_to_f32(*word as u16) * xv[2 * k]
+                        + f16_to_f32((*word >> 16) as u16) * xv[2 * k + 1];
                 }
             }
         }

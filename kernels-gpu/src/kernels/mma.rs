@@ -69,7 +69,16 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     // The warp tile in fragments becomes const generics so accumulators and fragments are
     // fixed-size register arrays (`policies::check` admits exactly these).
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
-    let a = Args { qs, scales, x, y, rows, cols, n, acc: acc != 0 };
+    let a = Args {
+        qs,
+        scales,
+        x,
+        y,
+        rows,
+        cols,
+        n,
+        acc: acc != 0,
+    };
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
             (1, 2) => tile::<P, F, 1, 2>(a),
@@ -109,7 +118,9 @@ impl Stage {
     #[inline(always)]
     fn at<P: TargetPolicy, F: SplitFormat>(slot: u32) -> Stage {
         let kb = P::TILE_K / QK as u32;
-        let wq = unsafe { shared_mem::<u32>().add((slot * stage_words::<P>(F::QS_WORDS as u32)) as usize) };
+        let wq = unsafe {
+            shared_mem::<u32>().add((slot * stage_words::<P>(F::QS_WORDS as u32)) as usize)
+        };
         let ws = unsafe { wq.add((kb * F::QS_WORDS as u32 * P::TILE_M) as usize) };
         let x = unsafe { ws.add((kb * 2 * P::TILE_M) as usize) };
         Stage { wq, ws, x }
@@ -140,8 +151,17 @@ impl Problem {
             let b = st * kb + j;
             if b < self.nb {
                 let row = (self.row0 + r).min(self.a.rows - 1);
-                let src = unsafe { self.a.qs.add(((row * self.nb + b) * F::QS_WORDS as u32 + 4 * h) as usize) };
-                unsafe { cp_async_16(dst.wq.add((((j * hw + h) * P::TILE_M + r) * 4) as usize), src) };
+                let src = unsafe {
+                    self.a
+                        .qs
+                        .add(((row * self.nb + b) * F::QS_WORDS as u32 + 4 * h) as usize)
+                };
+                unsafe {
+                    cp_async_16(
+                        dst.wq.add((((j * hw + h) * P::TILE_M + r) * 4) as usize),
+                        src,
+                    )
+                };
             }
             c += threads;
         }
@@ -152,8 +172,18 @@ impl Problem {
             let b = st * kb + j;
             if b < self.nb {
                 let tok = (self.tok0 + t).min(self.a.n - 1);
-                let src = unsafe { self.a.x.add((tok * (self.a.cols / 2) + b * 16 + 4 * p) as usize) };
-                unsafe { cp_async_16(dst.x.add(((j * 4 + p) * x_plane_words::<P>() + 4 * t) as usize), src) };
+                let src = unsafe {
+                    self.a
+                        .x
+                        .add((tok * (self.a.cols / 2) + b * 16 + 4 * p) as usize)
+                };
+                unsafe {
+                    cp_async_16(
+                        dst.x
+                            .add(((j * 4 + p) * x_plane_words::<P>() + 4 * t) as usize),
+                        src,
+                    )
+                };
             }
             c += threads;
         }
@@ -181,15 +211,30 @@ impl Problem {
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
                 let row = (self.row0 + r).min(self.a.rows - 1);
-                let p = unsafe { self.a.scales.add(((row * self.nb + st * kb + j) * F::SCALE_BYTES as u32) as usize) };
-                s[i] = unsafe { if F::SCALE_BYTES == 4 { *(p as *const u32) } else { *(p as *const u16) as u32 } };
+                let p = unsafe {
+                    self.a
+                        .scales
+                        .add(((row * self.nb + st * kb + j) * F::SCALE_BYTES as u32) as usize)
+                };
+                s[i] = unsafe {
+                    if F::SCALE_BYTES == 4 {
+                        *(p as *const u32)
+                    } else {
+                        *(p as *const u16) as u32
+                    }
+                };
             }
         });
         s
     }
 
     #[inline(always)]
-    unsafe fn store_scales<P: TargetPolicy, F: SplitFormat>(&self, st: u32, s: &[u32; MAX_STAGED], dst: Stage) {
+    unsafe fn store_scales<P: TargetPolicy, F: SplitFormat>(
+        &self,
+        st: u32,
+        s: &[u32; MAX_STAGED],
+        dst: Stage,
+    ) {
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
                 let [d, m] = F::scales_f16x2(s[i]);
@@ -212,9 +257,17 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
     let nb = a.cols / QK as u32;
     // Token tiles run fastest through the grid: the blocks of one weight tile are resident
     // together and share its bytes in L2, so the weights stream from memory about once.
-    let pr = Problem { a, nb, row0: block_idx_y() * P::TILE_M, tok0: block_idx() * P::TILE_N };
+    let pr = Problem {
+        a,
+        nb,
+        row0: block_idx_y() * P::TILE_M,
+        tok0: block_idx() * P::TILE_N,
+    };
     let warps_m = P::TILE_M / P::GEMM_WARP_M;
-    let (wr0, wt0) = ((warp_id() % warps_m) * P::GEMM_WARP_M, (warp_id() / warps_m) * P::GEMM_WARP_N);
+    let (wr0, wt0) = (
+        (warp_id() % warps_m) * P::GEMM_WARP_M,
+        (warp_id() / warps_m) * P::GEMM_WARP_N,
+    );
     let hw = F::QS_WORDS as u32 / 4;
     let (g, t) = (lane() / 4, lane() % 4);
     let stages = nb.div_ceil(kb);
@@ -251,55 +304,103 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
         let cur = Stage::at::<P, F>(st % P::STAGES);
         // Unrolled (`kb` is a constant per policy): every shared-memory offset below becomes an
         // immediate instead of per-load address arithmetic.
-        unroll::<MAX_STAGE_BLOCKS>(#[inline(always)] |j| {
-            let j = j as u32;
-            if j >= kb || st * kb + j >= nb {
-                return; // the same for the whole block: the k tail
-            }
-            // A fragments of both k-steps: a[mi][s] = (row g, pair 0), (g+8, pair 0), (g, pair 1),
-            // (g+8, pair 1), dequantized once and used by all NI token tiles.
-            let mut frag = [[[0u32; 4]; 2]; MI];
-            unroll::<MI>(|mi| {
-                unroll::<2>(|h| {
-                    let row = wr0 + 16 * mi as u32 + g + 8 * h as u32;
-                    let so = (2 * (j * P::TILE_M + row)) as usize;
-                    let sc = unsafe { [*cur.ws.add(so), *cur.ws.add(so + 1)] };
-                    unroll::<2>(|s| {
-                        let w = F::step_word(s as u32, t);
-                        let word = unsafe { *cur.wq.add((((j * hw + w / 4) * P::TILE_M + row) * 4 + w % 4) as usize) };
-                        let codes = F::step_codes(word, s as u32);
-                        frag[mi][s][h] = F::dequant_f16x2(biased_f16x2(codes, 0), sc);
-                        frag[mi][s][2 + h] = F::dequant_f16x2(biased_f16x2(codes, 2), sc);
-                    })
-                })
-            });
-            unroll::<NI>(|ni| {
-                unroll::<2>(|s| {
-                    // Elements 16s + 4t .. + 4 of token g: plane 2s + t/2, half t%2 of its 16 bytes.
-                    let tok = wt0 + 8 * ni as u32 + g;
-                    let o = (j * 4 + 2 * s as u32 + t / 2) * x_plane_words::<P>() + 4 * tok + 2 * (t % 2);
-                    let v = unsafe { *(cur.x.add(o as usize) as *const u64) }; // o is even
-                    let b = [v as u32, (v >> 32) as u32];
-                    unroll::<MI>(|mi| acc[mi][ni] = mma_m16n8k16_f32_f16(frag[mi][s], b, acc[mi][ni]));
-                })
-            });
-        });
+        unroll::<MAX_STAGE_BLOCKS>(
+            #[inline(always)]
+            |j| {
+                let j = j as u32;
+                if j >= kb || st * kb + j >= nb {
+                    return; // the same for the whole block: the k tail
+                }
+                // A fragments of both k-steps: a[mi][s] = (row g, pair 0), (g+8, pair 0), (g, pair 1),
+                // (g+8, pair 1), dequantized once and used by all NI token tiles.
+                let mut frag = [[[0u32; 4]; 2]; MI];
+                unroll::<MI>(
+                    #[inline(always)]
+                    |mi| {
+                        unroll::<2>(
+                            #[inline(always)]
+                            |h| {
+                                let row = wr0 + 16 * mi as u32 + g + 8 * h as u32;
+                                let so = (2 * (j * P::TILE_M + row)) as usize;
+                                let sc = unsafe { [*cur.ws.add(so), *cur.ws.add(so + 1)] };
+                                unroll::<2>(
+                                    #[inline(always)]
+                                    |s| {
+                                        let w = F::step_word(s as u32, t);
+                                        let word = unsafe {
+                                            *cur.wq.add(
+                                                (((j * hw + w / 4) * P::TILE_M + row) * 4 + w % 4)
+                                                    as usize,
+                                            )
+                                        };
+                                        let codes = F::step_codes(word, s as u32);
+                                        frag[mi][s][h] =
+                                            F::dequant_f16x2(biased_f16x2(codes, 0), sc);
+                                        frag[mi][s][2 + h] =
+                                            F::dequant_f16x2(biased_f16x2(codes, 2), sc);
+                                    },
+                                )
+                            },
+                        )
+                    },
+                );
+                unroll::<NI>(
+                    #[inline(always)]
+                    |ni| {
+                        unroll::<2>(
+                            #[inline(always)]
+                            |s| {
+                                // Elements 16s + 4t .. + 4 of token g: plane 2s + t/2, half t%2 of its 16 bytes.
+                                let tok = wt0 + 8 * ni as u32 + g;
+                                let o = (j * 4 + 2 * s as u32 + t / 2) * x_plane_words::<P>()
+                                    + 4 * tok
+                                    + 2 * (t % 2);
+                                let v = unsafe { *(cur.x.add(o as usize) as *const u64) }; // o is even
+                                let b = [v as u32, (v >> 32) as u32];
+                                unroll::<MI>(
+                                    #[inline(always)]
+                                    |mi| {
+                                        acc[mi][ni] =
+                                            mma_m16n8k16_f32_f16(frag[mi][s], b, acc[mi][ni])
+                                    },
+                                );
+                            },
+                        )
+                    },
+                );
+            },
+        );
         if next < stages {
             unsafe { pr.store_scales::<P, F>(next, &staged, next_slot) };
         }
     }
 
     // C fragment: element i is (row g + 8·(i/2), token 2t + i%2).
-    unroll::<MI>(|mi| {
-        unroll::<NI>(|ni| {
-            unroll::<4>(|i| {
-                let row = pr.row0 + wr0 + 16 * mi as u32 + g + 8 * (i as u32 / 2);
-                let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
-                if row < a.rows && tok < a.n {
-                    let out = unsafe { a.y.add((tok * a.rows + row) as usize) };
-                    unsafe { *out = if a.acc { *out + acc[mi][ni][i] } else { acc[mi][ni][i] } };
-                }
-            })
-        })
-    });
+    unroll::<MI>(
+        #[inline(always)]
+        |mi| {
+            unroll::<NI>(
+                #[inline(always)]
+                |ni| {
+                    unroll::<4>(
+                        #[inline(always)]
+                        |i| {
+                            let row = pr.row0 + wr0 + 16 * mi as u32 + g + 8 * (i as u32 / 2);
+                            let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
+                            if row < a.rows && tok < a.n {
+                                let out = unsafe { a.y.add((tok * a.rows + row) as usize) };
+                                unsafe {
+                                    *out = if a.acc {
+                                        *out + acc[mi][ni][i]
+                                    } else {
+                                        acc[mi][ni][i]
+                                    }
+                                };
+                            }
+                        },
+                    )
+                },
+            )
+        },
+    );
 }

@@ -8,7 +8,13 @@ use policies::TargetPolicy;
 /// `out[r] = x[r] / rms(x[r]) * w` for each of the grid's rows (`cols` each). `w` (`cols`) is
 /// shared by all rows, so per-head QK-norm is this kernel with rows = tokens × heads.
 /// `out` may equal `x`.
-pub unsafe fn rms_norm<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32) {
+pub unsafe fn rms_norm<P: TargetPolicy>(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    cols: u32,
+    eps: f32,
+) {
     let row = block_idx() as usize * cols as usize;
     let inv = unsafe { inv_rms(x.add(row), cols, eps) };
     let mut c = thread_idx();
@@ -71,10 +77,28 @@ unsafe fn load_chunks(x: *const f32, cols: u32) -> Chunks {
 /// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them for `out`): the
 /// consumer of a norm is a quantized mat-vec, which then needs no quantize launch of its own.
 /// `cols % 32 == 0`, `cols <= MAX_ROW_COLS`. Launch: [`launch::norm_q8`](crate::kernels::launch::norm_q8).
-pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+pub unsafe fn rms_norm_q8<P: TargetPolicy>(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    xq: *mut i8,
+    xds: *mut f32,
+    cols: u32,
+    eps: f32,
+) {
     let row = block_idx() as usize * cols as usize;
     let v = unsafe { load_chunks(x.add(row), cols) };
-    unsafe { norm_q8_chunks(v, w, out.add(row), xq.add(row), xds.add(row / 16), cols, eps) }
+    unsafe {
+        norm_q8_chunks(
+            v,
+            w,
+            out.add(row),
+            xq.add(row),
+            xds.add(row / 16),
+            cols,
+            eps,
+        )
+    }
 }
 
 /// Normalizes one row held as [`Chunks`] and writes it as f32 and as Q8_1 blocks. A 32-element
@@ -82,7 +106,15 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(x: *const f32, w: *const f32, out: *m
 /// straddles warps), reduced with 3 butterfly rounds; the arithmetic is
 /// [`quantize_block`](crate::kernels::matvec::quantize_block)'s shared `q8_1_*` steps.
 #[inline(always)]
-unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32) {
+unsafe fn norm_q8_chunks(
+    v: Chunks,
+    w: *const f32,
+    out: *mut f32,
+    xq: *mut i8,
+    xds: *mut f32,
+    cols: u32,
+    eps: f32,
+) {
     // The weights load before the reduction's barriers, so their latency overlaps it.
     let w = unsafe { load_chunks(w, cols) };
     let ss: f64 = v.iter().flatten().map(|&a| a as f64 * a as f64).sum();
@@ -91,12 +123,18 @@ unsafe fn norm_q8_chunks(v: Chunks, w: *const f32, out: *mut f32, xq: *mut i8, x
         let j = thread_idx() + k as u32 * block_dim();
         let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
         // Every lane joins the butterflies (a group past the row reduces zeros).
-        let (d, id) = q8_1_scale(lane_group_max(y.iter().fold(0f32, |m, a| m.max(a.abs())), 8));
+        let (d, id) = q8_1_scale(lane_group_max(
+            y.iter().fold(0f32, |m, a| m.max(a.abs())),
+            8,
+        ));
         let codes = y.map(|a| q8_1_code(a, id));
         let sum = lane_group_sum(codes.iter().map(|&c| c as f32).sum(), 8);
         if j < cols / 4 {
             let at = 4 * j as usize;
-            let packed = codes.iter().enumerate().fold(0u32, |p, (e, &c)| p | ((c as u8 as u32) << (8 * e)));
+            let packed = codes
+                .iter()
+                .enumerate()
+                .fold(0u32, |p, (e, &c)| p | ((c as u8 as u32) << (8 * e)));
             unsafe {
                 st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
                 *(xq.add(at) as *mut u32) = packed;
@@ -127,8 +165,16 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
 ) {
     let row = block_idx() as usize * head_dim as usize;
     let p = unsafe { *pos } + block_idx() / heads;
-    let rope = HeadRope { rot_dim, log2_base, neox };
-    unsafe { norm_rope_head(x.add(row), head_dim, w, eps, p, Some(rope), |c, v| *out.add(row + c as usize) = v) };
+    let rope = HeadRope {
+        rot_dim,
+        log2_base,
+        neox,
+    };
+    unsafe {
+        norm_rope_head(x.add(row), head_dim, w, eps, p, Some(rope), |c, v| {
+            *out.add(row + c as usize) = v
+        })
+    };
 }
 
 /// The attention inputs of a step made ready in one launch: per-head RMSNorm of queries and
@@ -161,19 +207,43 @@ pub unsafe fn rope_store<P: TargetPolicy>(
 ) {
     let (r, t) = (block_idx(), block_idx_y());
     let p = unsafe { *pos } + t;
-    let rope = HeadRope { rot_dim, log2_base, neox };
+    let rope = HeadRope {
+        rot_dim,
+        log2_base,
+        neox,
+    };
     let hd = head_dim as usize;
     let w = |w: *const f32| if norm != 0 { w } else { core::ptr::null() };
     if r < heads {
         let row = (t * heads + r) as usize * hd;
-        unsafe { norm_rope_head(q.add(row), head_dim, w(q_norm), eps, p, Some(rope), |c, x| *q_out.add(row + c as usize) = x) };
+        unsafe {
+            norm_rope_head(
+                q.add(row),
+                head_dim,
+                w(q_norm),
+                eps,
+                p,
+                Some(rope),
+                |c, x| *q_out.add(row + c as usize) = x,
+            )
+        };
         return;
     }
     let (h, is_v) = ((r - heads) % kv_heads, r >= heads + kv_heads);
     let src = unsafe { if is_v { v } else { k }.add((t * kv_heads + h) as usize * hd) };
-    let dst = unsafe { if is_v { v_cache } else { k_cache }.add(((h * max_ctx + p) * head_dim) as usize) };
-    let (w, rope) = if is_v { (core::ptr::null(), None) } else { (w(k_norm), Some(rope)) };
-    unsafe { norm_rope_head(src, head_dim, w, eps, p, rope, |c, x| *dst.add(c as usize) = f32_to_f16(x)) };
+    let dst = unsafe {
+        if is_v { v_cache } else { k_cache }.add(((h * max_ctx + p) * head_dim) as usize)
+    };
+    let (w, rope) = if is_v {
+        (core::ptr::null(), None)
+    } else {
+        (w(k_norm), Some(rope))
+    };
+    unsafe {
+        norm_rope_head(src, head_dim, w, eps, p, rope, |c, x| {
+            *dst.add(c as usize) = f32_to_f16(x)
+        })
+    };
 }
 
 /// RoPE parameters of one head: its first `rot_dim` dims rotate (pairing and angles as
@@ -190,11 +260,27 @@ struct HeadRope {
 /// Every thread of the block must call (the norm's reduction).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn norm_rope_head(x: *const f32, head_dim: u32, w: *const f32, eps: f32, p: u32, rope: Option<HeadRope>, store: impl Fn(u32, f32)) {
-    let inv = if w.is_null() { 1.0 } else { unsafe { inv_rms(x, head_dim, eps) } };
+unsafe fn norm_rope_head(
+    x: *const f32,
+    head_dim: u32,
+    w: *const f32,
+    eps: f32,
+    p: u32,
+    rope: Option<HeadRope>,
+    store: impl Fn(u32, f32),
+) {
+    let inv = if w.is_null() {
+        1.0
+    } else {
+        unsafe { inv_rms(x, head_dim, eps) }
+    };
     let normed = |c: u32| {
         let v = unsafe { *x.add(c as usize) };
-        if w.is_null() { v } else { v * inv * unsafe { *w.add(c as usize) } }
+        if w.is_null() {
+            v
+        } else {
+            v * inv * unsafe { *w.add(c as usize) }
+        }
     };
     let rot_dim = rope.map_or(0, |r| r.rot_dim);
     if let Some(r) = rope {
@@ -278,7 +364,9 @@ pub unsafe fn argmax_merge<P: TargetPolicy>(part: *const u32, out: *mut u32, par
     let mut b = thread_idx();
     while b < parts {
         let at = 2 * (row * parts + b) as usize;
-        best = better(best, unsafe { (f32::from_bits(*part.add(at)), *part.add(at + 1)) });
+        best = better(best, unsafe {
+            (f32::from_bits(*part.add(at)), *part.add(at + 1))
+        });
         b += block_dim();
     }
     let best = unsafe { block_argmax(best) };
@@ -301,7 +389,12 @@ unsafe fn block_argmax(best: (f32, u32)) -> (f32, u32) {
     sync_threads();
     if thread_idx() == 0 {
         for w in 1..block_dim() / WARP {
-            let other = unsafe { (f32::from_bits(*scratch.add(2 * w as usize)), *scratch.add(2 * w as usize + 1)) };
+            let other = unsafe {
+                (
+                    f32::from_bits(*scratch.add(2 * w as usize)),
+                    *scratch.add(2 * w as usize + 1),
+                )
+            };
             best = better(best, other);
         }
     }
@@ -311,7 +404,11 @@ unsafe fn block_argmax(best: (f32, u32)) -> (f32, u32) {
 /// The larger of two (value, index) candidates; the lower index on equal values.
 #[inline(always)]
 fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
-    if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) { b } else { a }
+    if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) {
+        b
+    } else {
+        a
+    }
 }
 
 #[inline(always)]

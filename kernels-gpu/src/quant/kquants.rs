@@ -58,7 +58,11 @@ const _: () = assert!(core::mem::size_of::<BlockQ8K>() == 292);
 
 impl Default for BlockQ8K {
     fn default() -> Self {
-        Self { d: 0.0, qs: [0; 256], bsums: [0; 16] }
+        Self {
+            d: 0.0,
+            qs: [0; 256],
+            bsums: [0; 16],
+        }
     }
 }
 
@@ -135,7 +139,8 @@ impl QuantBlock for BlockQ5K {
         let j = i >> 5;
         let l = i & 31;
         let (sc, m) = get_scale_min_k4(j, &self.scales);
-        let q = ((self.qs[32 * (j >> 1) + l] >> (4 * (j & 1))) & 0xF) | (((self.qh[l] >> j) & 1) << 4);
+        let q =
+            ((self.qs[32 * (j >> 1) + l] >> (4 * (j & 1))) & 0xF) | (((self.qh[l] >> j) & 1) << 4);
         f16_to_f32(self.d) * sc as f32 * q as f32 - f16_to_f32(self.dmin) * m as f32
     }
 }

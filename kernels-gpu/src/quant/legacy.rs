@@ -56,7 +56,11 @@ impl Default for BlockQ8_0 {
 
 impl Default for BlockQ8_1 {
     fn default() -> Self {
-        Self { d: 0, s: 0, qs: [0; 32] }
+        Self {
+            d: 0,
+            s: 0,
+            qs: [0; 32],
+        }
     }
 }
 

@@ -53,7 +53,10 @@ impl Device for Cuda {
     }
     fn used_bytes(&self) -> Option<u64> {
         // The host grid executor (no device) has no memory figure; that is not an error here.
-        self.gpu().memory_info().ok().map(|(free, total)| (total - free) as u64)
+        self.gpu()
+            .memory_info()
+            .ok()
+            .map(|(free, total)| (total - free) as u64)
     }
     fn sync(&self) -> Result<()> {
         self.gpu().synchronize()
@@ -99,7 +102,9 @@ fn context(s: &TestSpec) -> usize {
 /// with `rand() % n_vocab`): no BOS runs, which would make every position look alike.
 pub fn token_ids(n_vocab: usize, n: usize) -> Vec<u32> {
     let mut rng = StdRng::seed_from_u64(TOKEN_SEED);
-    (0..n).map(|_| rng.random_range(0..n_vocab as u32)).collect()
+    (0..n)
+        .map(|_| rng.random_range(0..n_vocab as u32))
+        .collect()
 }
 
 impl<D: Device> KilnRunner<D> {
@@ -118,10 +123,29 @@ impl<D: Device> KilnRunner<D> {
             "the tests need {need} cache positions, more than the model's {}-token context (lower --depth, --pp or --tg)",
             cfg.n_ctx_train
         );
-        let cache = engine.backend.kv_cache(&cfg.kv_spec(need)).context("allocating the KV cache")?;
-        let longest = specs.iter().map(|s| if s.kind == TestKind::Pp { s.n } else { context(s) }).max();
+        let cache = engine
+            .backend
+            .kv_cache(&cfg.kv_spec(need))
+            .context("allocating the KV cache")?;
+        let longest = specs
+            .iter()
+            .map(|s| {
+                if s.kind == TestKind::Pp {
+                    s.n
+                } else {
+                    context(s)
+                }
+            })
+            .max();
         let tokens = token_ids(cfg.n_vocab, longest.unwrap_or(1));
-        let mut r = KilnRunner { engine, cache, tokens, load_s, baseline, peak: None };
+        let mut r = KilnRunner {
+            engine,
+            cache,
+            tokens,
+            load_s,
+            baseline,
+            peak: None,
+        };
         r.sample_memory();
         Ok(r)
     }
@@ -135,7 +159,10 @@ impl<D: Device> KilnRunner<D> {
             load_s: self.load_s,
             vram_baseline_bytes: self.baseline,
             vram_peak_bytes: self.peak,
-            vram_peak_over_baseline_bytes: self.peak.zip(self.baseline).map(|(p, b)| p.saturating_sub(b)),
+            vram_peak_over_baseline_bytes: self
+                .peak
+                .zip(self.baseline)
+                .map(|(p, b)| p.saturating_sub(b)),
             vram_process_bytes: None, // needs a reading from before the CUDA context: `measure_all`
         }
     }
@@ -159,7 +186,11 @@ impl<D: Device> KilnRunner<D> {
     /// are recorded once and replayed as graphs).
     fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<D::Tensor> {
         let model = &self.engine.model;
-        self.engine.backend.step(&mut self.cache, tokens, pos, &mut |b, c| model.forward(b, c, tokens, pos, Logits::Last))
+        self.engine
+            .backend
+            .step(&mut self.cache, tokens, pos, &mut |b, c| {
+                model.forward(b, c, tokens, pos, Logits::Last)
+            })
     }
 
     fn prefill(&mut self, n: usize) -> Result<D::Tensor> {
@@ -173,7 +204,12 @@ impl<D: Device> KilnRunner<D> {
     }
 
     fn argmax(&self, logits: &D::Tensor) -> Result<u32> {
-        self.engine.backend.argmax(logits)?.first().copied().context("argmax of empty logits")
+        self.engine
+            .backend
+            .argmax(logits)?
+            .first()
+            .copied()
+            .context("argmax of empty logits")
     }
 
     fn pp(&mut self, n: usize) -> Result<KilnSample> {
@@ -184,7 +220,11 @@ impl<D: Device> KilnRunner<D> {
         self.argmax(&logits)?;
         let ttft_ms = t.elapsed().as_secs_f64() * 1e3;
         self.sample_memory();
-        Ok(KilnSample { tps: n as f64 / pp_s, ttft_ms: Some(ttft_ms), step_ms: Vec::new() })
+        Ok(KilnSample {
+            tps: n as f64 / pp_s,
+            ttft_ms: Some(ttft_ms),
+            step_ms: Vec::new(),
+        })
     }
 
     /// `ctx` tokens prefilled (not timed), then `n` greedy decode steps, each timed from the
@@ -202,6 +242,10 @@ impl<D: Device> KilnRunner<D> {
         }
         self.sample_memory();
         let total_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
-        Ok(KilnSample { tps: n as f64 / total_s, ttft_ms: None, step_ms })
+        Ok(KilnSample {
+            tps: n as f64 / total_s,
+            ttft_ms: None,
+            step_ms,
+        })
     }
 }

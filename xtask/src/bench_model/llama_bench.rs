@@ -14,8 +14,21 @@ use serde_json::Value;
 use super::{TestKind, TestSpec};
 
 /// Flags the protocol sets for every run; `--llama-args` may not set them.
-const OWNED_FLAGS: &[&str] =
-    &["-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-pg", "-d", "--n-depth", "-r", "--repetitions", "-o", "--output"];
+const OWNED_FLAGS: &[&str] = &[
+    "-m",
+    "--model",
+    "-p",
+    "--n-prompt",
+    "-n",
+    "--n-gen",
+    "-pg",
+    "-d",
+    "--n-depth",
+    "-r",
+    "--repetitions",
+    "-o",
+    "--output",
+];
 
 /// Defaults that `--llama-args` replaces when it sets the same flag: llama-bench appends
 /// repeated flags as extra test values instead of overriding them. On the GPU every layer is
@@ -25,7 +38,10 @@ fn defaults(cpu_threads: Option<usize>) -> Vec<(&'static [&'static str], String)
     let mut d: Vec<(&[&str], String)> = vec![(&["-fa", "--flash-attn"], "1".into())];
     match cpu_threads {
         None => d.push((&["-ngl", "--n-gpu-layers"], "99".into())),
-        Some(t) => d.extend([(&["-ngl", "--n-gpu-layers"][..], "0".into()), (&["-t", "--threads"][..], t.to_string())]),
+        Some(t) => d.extend([
+            (&["-ngl", "--n-gpu-layers"][..], "0".into()),
+            (&["-t", "--threads"][..], t.to_string()),
+        ]),
     }
     d
 }
@@ -61,8 +77,13 @@ impl LlamaBench {
     /// Checks that `path` is an executable llama-bench and which flags it has; `cpu_threads`
     /// is kiln's thread count when kiln runs on the CPU (see [`defaults`]).
     pub fn new(path: &Path, extra: &str, cpu_threads: Option<usize>) -> Result<Self> {
-        let meta = std::fs::metadata(path).map_err(|e| anyhow!("llama-bench {}: {e}", path.display()))?;
-        ensure!(meta.is_file() && is_executable(&meta), "llama-bench {} is not an executable file", path.display());
+        let meta =
+            std::fs::metadata(path).map_err(|e| anyhow!("llama-bench {}: {e}", path.display()))?;
+        ensure!(
+            meta.is_file() && is_executable(&meta),
+            "llama-bench {} is not an executable file",
+            path.display()
+        );
         let extra: Vec<String> = extra.split_whitespace().map(String::from).collect();
         if let Some(f) = extra.iter().find(|a| OWNED_FLAGS.contains(&a.as_str())) {
             bail!("--llama-args must not set {f}: bench model sets it for every run");
@@ -71,13 +92,19 @@ impl LlamaBench {
             .arg("--help")
             .output()
             .with_context(|| format!("running {} --help", path.display()))?;
-        let help = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let help = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
         ensure!(
             help.contains("--n-prompt"),
             "{} does not look like llama-bench (its --help does not mention --n-prompt)",
             path.display()
         );
-        Ok(LlamaBench { path: path.to_path_buf(), extra, defaults: defaults(cpu_threads), has_depth: help.contains("--n-depth") })
+        Ok(LlamaBench {
+            path: path.to_path_buf(),
+            extra,
+            defaults: defaults(cpu_threads),
+            has_depth: help.contains("--n-depth"),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -128,8 +155,16 @@ impl LlamaBench {
             .with_context(|| format!("running {}", self.path.display()))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no error output");
-            bail!("llama-bench {} failed ({}): {last}", args.join(" "), out.status);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no error output");
+            bail!(
+                "llama-bench {} failed ({}): {last}",
+                args.join(" "),
+                out.status
+            );
         }
         parse(&String::from_utf8_lossy(&out.stdout), spec)
     }
@@ -157,28 +192,54 @@ fn is_executable(_: &std::fs::Metadata) -> bool {
 /// The result for `spec` in llama-bench's `-o json` output (an array of result objects).
 pub fn parse(json: &str, spec: &TestSpec) -> Result<(Sample, LlamaModelInfo)> {
     let v: Value = serde_json::from_str(json).map_err(|e| {
-        let head: String = json.chars().take(80).collect::<String>().replace(['\n', '\r'], " ");
+        let head: String = json
+            .chars()
+            .take(80)
+            .collect::<String>()
+            .replace(['\n', '\r'], " ");
         anyhow!("llama-bench output is not JSON ({e}); it starts: {head:?}")
     })?;
-    let results = v.as_array().context("llama-bench JSON is not an array of results")?;
+    let results = v
+        .as_array()
+        .context("llama-bench JSON is not an array of results")?;
     let (p, n) = prompt_and_gen(spec);
     let mut found = None;
     for r in results {
         // Builds before -d existed have no n_depth: their results are all at depth 0.
-        let depth = if r.get("n_depth").is_some() { uint(r, "n_depth")? } else { 0 };
-        if uint(r, "n_prompt")? == p as u64 && uint(r, "n_gen")? == n as u64 && depth == spec.depth as u64 {
+        let depth = if r.get("n_depth").is_some() {
+            uint(r, "n_depth")?
+        } else {
+            0
+        };
+        if uint(r, "n_prompt")? == p as u64
+            && uint(r, "n_gen")? == n as u64
+            && depth == spec.depth as u64
+        {
             found = Some(r);
             break;
         }
     }
-    let r = found.with_context(|| format!("llama-bench output has no {} result ({} results)", spec.name(), results.len()))?;
+    let r = found.with_context(|| {
+        format!(
+            "llama-bench output has no {} result ({} results)",
+            spec.name(),
+            results.len()
+        )
+    })?;
     let samples_ts = field(r, "samples_ts")?
         .as_array()
         .context("llama-bench field samples_ts is not an array")?
         .iter()
-        .map(|x| x.as_f64().context("llama-bench field samples_ts holds a non-number"))
+        .map(|x| {
+            x.as_f64()
+                .context("llama-bench field samples_ts holds a non-number")
+        })
         .collect::<Result<Vec<f64>>>()?;
-    let sample = Sample { avg_ts: num(r, "avg_ts")?, stddev_ts: num(r, "stddev_ts")?, samples_ts };
+    let sample = Sample {
+        avg_ts: num(r, "avg_ts")?,
+        stddev_ts: num(r, "stddev_ts")?,
+        samples_ts,
+    };
     let info = LlamaModelInfo {
         build_commit: text(r, "build_commit")?,
         gpu_info: text(r, "gpu_info")?,
@@ -190,17 +251,25 @@ pub fn parse(json: &str, spec: &TestSpec) -> Result<(Sample, LlamaModelInfo)> {
 }
 
 fn field<'a>(r: &'a Value, key: &str) -> Result<&'a Value> {
-    r.get(key).with_context(|| format!("llama-bench result has no field {key}"))
+    r.get(key)
+        .with_context(|| format!("llama-bench result has no field {key}"))
 }
 
 fn num(r: &Value, key: &str) -> Result<f64> {
-    field(r, key)?.as_f64().with_context(|| format!("llama-bench field {key} is not a number"))
+    field(r, key)?
+        .as_f64()
+        .with_context(|| format!("llama-bench field {key} is not a number"))
 }
 
 fn uint(r: &Value, key: &str) -> Result<u64> {
-    field(r, key)?.as_u64().with_context(|| format!("llama-bench field {key} is not a non-negative integer"))
+    field(r, key)?
+        .as_u64()
+        .with_context(|| format!("llama-bench field {key} is not a non-negative integer"))
 }
 
 fn text(r: &Value, key: &str) -> Result<String> {
-    Ok(field(r, key)?.as_str().with_context(|| format!("llama-bench field {key} is not a string"))?.to_string())
+    Ok(field(r, key)?
+        .as_str()
+        .with_context(|| format!("llama-bench field {key} is not a string"))?
+        .to_string())
 }

@@ -35,7 +35,11 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# kiln vs llama.cpp: {}\n", r.device);
-    let _ = writeln!(s, "kiln {}, {}; {} reps after {} warm-up.", r.kiln_commit, r.date, r.protocol.reps, r.protocol.warmup);
+    let _ = writeln!(
+        s,
+        "kiln {}, {}; {} reps after {} warm-up.",
+        r.kiln_commit, r.date, r.protocol.reps, r.protocol.warmup
+    );
     if !r.reference.note.is_empty() {
         let _ = writeln!(s, "Reference: {}", r.reference.note);
     }
@@ -45,7 +49,11 @@ pub fn markdown(r: &Report) -> String {
     for m in &r.models {
         // Per process, CUDA context included, where both figures exist; else kiln's memory
         // over its pre-load baseline.
-        let mib = |b: Option<u64>| opt(b.map(|b| b as f64), |b| format!("{:.0}", b / (1u64 << 20) as f64));
+        let mib = |b: Option<u64>| {
+            opt(b.map(|b| b as f64), |b| {
+                format!("{:.0}", b / (1u64 << 20) as f64)
+            })
+        };
         let llama_vram = m.llama_cpp.as_ref().and_then(|l| l.vram_process_bytes);
         let vram = match m.kiln.vram_process_bytes {
             Some(k) => format!("{} / {}", mib(Some(k)), mib(llama_vram)),
@@ -58,7 +66,9 @@ pub fn markdown(r: &Report) -> String {
                 short_name(&m.file),
                 t.name,
                 t.kiln.tps_median,
-                opt(t.llama_cpp.as_ref().map(|l| l.tps_median), |v| format!("{v:.1}")),
+                opt(t.llama_cpp.as_ref().map(|l| l.tps_median), |v| format!(
+                    "{v:.1}"
+                )),
                 opt(t.ratio, |v| format!("{v:.2}")),
                 opt(t.kiln.latency_ms_p95, |v| format!("{v:.2}")),
                 opt(t.kiln.ttft_ms_median, |v| format!("{v:.1}")),
@@ -85,41 +95,108 @@ pub fn svg(r: &Report) -> String {
         .models
         .iter()
         .flat_map(|m| {
-            let prefix = if r.models.len() > 1 { format!("{} ", short_name(&m.file)) } else { String::new() };
-            m.tests.iter().map(move |t| (format!("{prefix}{}", t.name), t.kiln.tps_median, t.llama_cpp.as_ref().map(|l| l.tps_median)))
+            let prefix = if r.models.len() > 1 {
+                format!("{} ", short_name(&m.file))
+            } else {
+                String::new()
+            };
+            m.tests.iter().map(move |t| {
+                (
+                    format!("{prefix}{}", t.name),
+                    t.kiln.tps_median,
+                    t.llama_cpp.as_ref().map(|l| l.tps_median),
+                )
+            })
         })
         .collect();
-    let values = groups.iter().flat_map(|g| [Some(g.1), g.2]).flatten().filter(|v| *v > 0.0);
+    let values = groups
+        .iter()
+        .flat_map(|g| [Some(g.1), g.2])
+        .flatten()
+        .filter(|v| *v > 0.0);
     let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let (lo, hi) = if lo > hi { (0.0, 1.0) } else { (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0)) };
+    let (lo, hi) = if lo > hi {
+        (0.0, 1.0)
+    } else {
+        (
+            lo.log10().floor(),
+            hi.log10().ceil().max(lo.log10().floor() + 1.0),
+        )
+    };
     let (left, top, plot_h, group_w, bar_w) = (60.0, 40.0, 240.0, 120.0, 40.0);
     let width = (left + group_w * groups.len().max(1) as f64 + 20.0).max(480.0);
     let y = |v: f64| top + plot_h * (1.0 - ((v.max(10f64.powf(lo))).log10() - lo) / (hi - lo));
     let mut s = String::new();
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{}" font-family="sans-serif" font-size="11">"#, top + plot_h + 50.0);
-    let _ = writeln!(s, r#"<text x="{left}" y="20" font-size="13">tokens/s (log scale): kiln vs llama.cpp, {}</text>"#, xml(&r.device));
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{}" font-family="sans-serif" font-size="11">"#,
+        top + plot_h + 50.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="20" font-size="13">tokens/s (log scale): kiln vs llama.cpp, {}</text>"#,
+        xml(&r.device)
+    );
     for d in lo as i32..=hi as i32 {
         let yy = y(10f64.powi(d));
-        let _ = writeln!(s, r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">1e{d}</text>"##, width - 20.0, left - 6.0, yy + 4.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">1e{d}</text>"##,
+            width - 20.0,
+            left - 6.0,
+            yy + 4.0
+        );
     }
     for (i, (name, kiln, llama)) in groups.iter().enumerate() {
         let x0 = left + group_w * i as f64 + (group_w - 2.0 * bar_w) / 2.0;
-        for (j, (v, color)) in [(Some(*kiln), KILN_COLOR), (*llama, LLAMA_COLOR)].into_iter().enumerate() {
+        for (j, (v, color)) in [(Some(*kiln), KILN_COLOR), (*llama, LLAMA_COLOR)]
+            .into_iter()
+            .enumerate()
+        {
             let Some(v) = v else { continue };
             let (x, yy) = (x0 + bar_w * j as f64, y(v));
-            let _ = writeln!(s, r#"<rect x="{x}" y="{yy:.1}" width="{}" height="{:.1}" fill="{color}"/>"#, bar_w - 4.0, top + plot_h - yy);
-            let _ = writeln!(s, r#"<text x="{}" y="{:.1}" text-anchor="middle">{v:.0}</text>"#, x + bar_w / 2.0 - 2.0, yy - 3.0);
+            let _ = writeln!(
+                s,
+                r#"<rect x="{x}" y="{yy:.1}" width="{}" height="{:.1}" fill="{color}"/>"#,
+                bar_w - 4.0,
+                top + plot_h - yy
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{:.1}" text-anchor="middle">{v:.0}</text>"#,
+                x + bar_w / 2.0 - 2.0,
+                yy - 3.0
+            );
         }
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, x0 + bar_w, top + plot_h + 16.0, xml(name));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            x0 + bar_w,
+            top + plot_h + 16.0,
+            xml(name)
+        );
     }
     let ly = top + plot_h + 38.0;
-    let _ = writeln!(s, r#"<rect x="{left}" y="{}" width="10" height="10" fill="{KILN_COLOR}"/><text x="{}" y="{ly}">kiln</text>"#, ly - 9.0, left + 14.0);
-    let _ = writeln!(s, r#"<rect x="{}" y="{}" width="10" height="10" fill="{LLAMA_COLOR}"/><text x="{}" y="{ly}">llama.cpp</text>"#, left + 60.0, ly - 9.0, left + 74.0);
+    let _ = writeln!(
+        s,
+        r#"<rect x="{left}" y="{}" width="10" height="10" fill="{KILN_COLOR}"/><text x="{}" y="{ly}">kiln</text>"#,
+        ly - 9.0,
+        left + 14.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect x="{}" y="{}" width="10" height="10" fill="{LLAMA_COLOR}"/><text x="{}" y="{ly}">llama.cpp</text>"#,
+        left + 60.0,
+        ly - 9.0,
+        left + 74.0
+    );
     s.push_str("</svg>\n");
     s
 }
 
 /// Escapes text for SVG.
 fn xml(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

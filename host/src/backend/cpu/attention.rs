@@ -58,8 +58,10 @@ pub(super) fn attend(
             let tiled = q.rows >= LLAMA_TILE;
             return llama_row(simd, tiled, qh, keys, vals, attn.scale, o);
         }
-        let mut scores: Vec<f32> =
-            keys.chunks_exact(hd).map(|k| simd.dot(qh, k) * attn.scale).collect();
+        let mut scores: Vec<f32> = keys
+            .chunks_exact(hd)
+            .map(|k| simd.dot(qh, k) * attn.scale)
+            .collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0.0;
         for s in &mut scores {
@@ -85,7 +87,15 @@ pub(super) fn attend(
 /// computes it over an f16 cache: [`one_chunk`] for batches under [`LLAMA_TILE`] queries,
 /// [`tiled`] from there on. (From 512 cached positions on, its single-query path splits the
 /// keys over threads, which neither reproduces.)
-fn llama_row(simd: Simd, tiled: bool, q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
+fn llama_row(
+    simd: Simd,
+    tiled: bool,
+    q: &[f32],
+    keys: &[f16],
+    vals: &[f16],
+    scale: f32,
+    o: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if simd.avx2 {
         // SAFETY: the features were detected by `Simd::detect`.
@@ -98,13 +108,24 @@ fn llama_row(simd: Simd, tiled: bool, q: &[f32], keys: &[f16], vals: &[f16], sca
 /// [`llama_row`] with `mul_add` as one instruction instead of a libm call.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn llama_row_fma(tiled: bool, q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
+unsafe fn llama_row_fma(
+    tiled: bool,
+    q: &[f32],
+    keys: &[f16],
+    vals: &[f16],
+    scale: f32,
+    o: &mut [f32],
+) {
     llama_row_in(tiled, q, keys, vals, scale, o)
 }
 
 #[inline(always)]
 fn llama_row_in(tiled: bool, q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
-    if tiled { tiled_row(q, keys, vals, scale, o) } else { one_chunk(q, keys, vals, scale, o) }
+    if tiled {
+        tiled_row(q, keys, vals, scale, o)
+    } else {
+        one_chunk(q, keys, vals, scale, o)
+    }
 }
 
 /// `ggml_compute_forward_flash_attn_ext_f16_one_chunk`: the query rounded to f16, scores scaled
@@ -136,7 +157,9 @@ fn one_chunk(q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
             (1.0, (s - max).exp())
         };
         v.convert_to_f32_slice(&mut row);
-        acc.iter_mut().zip(&row).for_each(|(a, &v)| *a = v.mul_add(vs, *a));
+        acc.iter_mut()
+            .zip(&row)
+            .for_each(|(a, &v)| *a = v.mul_add(vs, *a));
         round_acc(&mut acc);
         // `S*ms + vs` in llama.cpp, which GCC contracts into one fused multiply-add.
         sum = sum.mul_add(ms, vs);
@@ -158,7 +181,10 @@ fn tiled_row(q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
     let (mut acc, mut row) = (vec![0f32; hd], vec![0f32; hd]);
     let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
     let mut p = [0f32; LLAMA_TILE];
-    for (ks, vs) in keys.chunks(LLAMA_TILE * hd).zip(vals.chunks(LLAMA_TILE * hd)) {
+    for (ks, vs) in keys
+        .chunks(LLAMA_TILE * hd)
+        .zip(vals.chunks(LLAMA_TILE * hd))
+    {
         p.fill(f32::NEG_INFINITY);
         for (p, k) in p.iter_mut().zip(ks.chunks_exact(hd)) {
             k.convert_to_f32_slice(&mut row);
@@ -179,7 +205,9 @@ fn tiled_row(q: &[f32], keys: &[f16], vals: &[f16], scale: f32, o: &mut [f32]) {
         sum = (sum as f64 + tile_sum) as f32;
         for (&p, v) in p.iter().zip(vs.chunks_exact(hd)) {
             v.convert_to_f32_slice(&mut row);
-            acc.iter_mut().zip(&row).for_each(|(a, &v)| *a = v.mul_add(p, *a));
+            acc.iter_mut()
+                .zip(&row)
+                .for_each(|(a, &v)| *a = v.mul_add(p, *a));
         }
     }
     let inv = 1.0 / sum;
@@ -284,7 +312,12 @@ mod tests {
     fn case() -> impl Strategy<Value = (Vec<f32>, Vec<f16>, Vec<f16>, usize)> {
         (prop::sample::select(vec![8usize, 64, 72]), 1usize..150).prop_flat_map(|(hd, len)| {
             let f16s = move |n| prop::collection::vec((-2f32..2.0).prop_map(f16::from_f32), n);
-            (prop::collection::vec(-3f32..3.0, hd), f16s(len * hd), f16s(len * hd), Just(hd))
+            (
+                prop::collection::vec(-3f32..3.0, hd),
+                f16s(len * hd),
+                f16s(len * hd),
+                Just(hd),
+            )
         })
     }
 
