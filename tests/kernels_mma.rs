@@ -19,6 +19,8 @@ struct Case {
     n: u32,
     /// `y +=` instead of `y =`.
     acc: bool,
+    /// The rows are split into this many matrices (1 to 3, at most `rows`), one launch over all.
+    parts: u32,
     seed: u64,
 }
 
@@ -30,14 +32,17 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65]), 2..=40u32];
-    (rows, blocks, n, any::<bool>(), seed()).prop_map(move |(rows, blocks, n, acc, seed)| Case {
-        fmt,
-        rows,
-        blocks,
-        n,
-        acc,
-        seed,
-    })
+    (rows, blocks, n, any::<bool>(), 1..=3u32, seed()).prop_map(
+        move |(rows, blocks, n, acc, parts, seed)| Case {
+            fmt,
+            rows,
+            blocks,
+            n,
+            acc,
+            parts,
+            seed,
+        },
+    )
 }
 
 fn entry(fmt: BlockFormat) -> (&'static str, u32) {
@@ -62,7 +67,6 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     } else {
         vec![0.0; n * rows]
     };
-    let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
 
     let x_b = upload(dev, &x);
     let xh_b = poisoned::<u16>(dev, n * cols, 0xff);
@@ -83,27 +87,59 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         dev.label()
     );
 
-    let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
+    // Matrix m holds rows bounds[m]..bounds[m + 1] of the weights, with its own output.
+    let parts = (c.parts as usize).min(rows);
+    let bounds: Vec<usize> = (0..=parts).map(|m| rows * m / parts).collect();
     let (mma, qs_words) = entry(c.fmt);
-    let y_b = if c.acc {
-        upload(dev, &y0)
-    } else {
-        poisoned::<f32>(dev, n * rows, 0xff)
-    };
-    let dims = dev.shapes().mma(rows as u32, n as u32, qs_words);
-    let args = [
-        qs_b.arg(),
-        sc_b.arg(),
+    let mut args = Vec::with_capacity(16);
+    let mut outs = Vec::new();
+    for m in 0..3 {
+        let Some(r) = bounds.get(m + 1).map(|&end| bounds[m]..end) else {
+            args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
+            continue;
+        };
+        let row_bytes = cols / QK * c.fmt.block_bytes();
+        let (qs, sc) = common::split_planes(
+            c.fmt,
+            &gguf[r.start * row_bytes..r.end * row_bytes],
+            r.len(),
+            cols,
+        );
+        let y_m: Vec<f32> = (0..n)
+            .flat_map(|t| y0[t * rows + r.start..t * rows + r.end].to_vec())
+            .collect();
+        let y_b = if c.acc {
+            upload(dev, &y_m)
+        } else {
+            poisoned::<f32>(dev, n * r.len(), 0xff)
+        };
+        args.extend([
+            upload(dev, &qs).arg(),
+            upload(dev, &sc).arg(),
+            y_b.arg(),
+            Arg::U32(r.len() as u32),
+        ]);
+        outs.push((r, y_b));
+    }
+    args.extend([
         xh_b.arg(),
-        y_b.arg(),
-        Arg::U32(rows as u32),
         Arg::U32(cols as u32),
         Arg::U32(n as u32),
         Arg::U32(c.acc as u32),
-    ];
+    ]);
+    let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
+    let dims = dev.shapes().mma(&part_rows, n as u32, qs_words);
     dev.launch(mma, dims, &args);
-    let y = download::<f32>(dev, &y_b);
-    check_written(dev, "mma output", &y)?;
+    // Reassembled as one `n × rows` output.
+    let mut y = vec![0f32; n * rows];
+    for (r, y_b) in &outs {
+        let y_m = download::<f32>(dev, y_b);
+        check_written(dev, "mma output", &y_m)?;
+        for t in 0..n {
+            y[t * rows + r.start..t * rows + r.end]
+                .copy_from_slice(&y_m[t * r.len()..(t + 1) * r.len()]);
+        }
+    }
 
     let w = r::dequantize(c.fmt, &gguf, rows, cols);
     let (w16, x16): (Vec<f64>, Vec<f64>) = (
@@ -187,6 +223,7 @@ fn gpu_mma_large() {
             blocks,
             n,
             acc: seed % 2 == 1,
+            parts: 1 + (seed / 2 % 3) as u32,
             seed,
         });
     common::run_gpu("gpu_mma_large", 32, case, gemm);

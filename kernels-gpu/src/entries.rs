@@ -151,9 +151,9 @@ kernel_table! {
     kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
-    kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
-    kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
-    kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const u32, y: *mut f32, rows: u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);

@@ -269,9 +269,17 @@ fn bench_gemm<F: SplitFormat>(
     let gemm_args = [
         w.qs[0].arg(),
         w.scales[0].arg(),
-        xh.arg(),
         y.arg(),
         Arg::U32(r32),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::U32(0),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::U32(0),
+        xh.arg(),
         Arg::U32(c32),
         Arg::U32(t32),
         Arg::U32(0),
@@ -292,7 +300,7 @@ fn bench_gemm<F: SplitFormat>(
         _ => names::kiln_mma_q8_0,
     };
     let matvec = kernel_name::<F>();
-    let gemm_dims = sh.mma(r32, t32, F::QS_WORDS as u32);
+    let gemm_dims = sh.mma(&[r32], t32, F::QS_WORDS as u32);
     gpu.launch(gemm, gemm_dims, &gemm_args)?;
     gpu.synchronize()?;
     let got = gpu.download(&y)?;

@@ -356,16 +356,15 @@ impl Cuda {
         )
     }
 
-    /// The tensor-core GEMM `y = x·wᵀ` (or `y +=` with `acc`) over `x` rounded to f16.
-    #[allow(clippy::too_many_arguments)]
+    /// The tensor-core GEMMs `y_m = x·w_mᵀ` (or `y_m +=` with `acc`) of up to three weights
+    /// (quants, scales, weight, output) in format `ty`, in one launch over `x` rounded to f16
+    /// once.
+    #[allow(clippy::type_complexity)]
     fn launch_gemm(
         &self,
         ty: GgmlType,
-        qs: &DBuf<u8>,
-        scales: &DBuf<u8>,
-        w: &CudaWeight,
+        ws: &[(&DBuf<u8>, &DBuf<u8>, &CudaWeight, Arg)],
         x: &CudaTensor,
-        y: Arg,
         acc: bool,
     ) -> Result<()> {
         let (k, qs_words) = match ty {
@@ -374,12 +373,26 @@ impl Cuda {
             _ => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS),
         };
         ensure!(
-            x.cols == w.cols && w.cols.is_multiple_of(32),
-            "matmul: activations have {} columns, {} has {}",
-            x.cols,
-            w.name,
-            w.cols
+            (1..=3).contains(&ws.len()),
+            "GEMM: {} weights in one launch (1 to 3 fit)",
+            ws.len()
         );
+        let mut args = Vec::with_capacity(16);
+        let mut rows = Vec::with_capacity(3);
+        for &(qs, scales, w, y) in ws {
+            ensure!(
+                x.cols == w.cols && w.cols.is_multiple_of(32),
+                "matmul: activations have {} columns, {} has {}",
+                x.cols,
+                w.name,
+                w.cols
+            );
+            rows.push(to_u32(w.rows, "rows")?);
+            args.extend([qs.arg(), scales.arg(), y, u32_arg(w.rows, "rows")?]);
+        }
+        for _ in ws.len()..3 {
+            args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
+        }
         let n = u32_arg(x.rows, "tokens")?;
         let h = self.tensor(x.rows, x.cols / 2)?; // f16 pairs, one per f32 slot
         let pairs = to_u32(x.len() / 2, "activation elements")?;
@@ -388,25 +401,14 @@ impl Cuda {
             self.gpu.shapes().flat(pairs),
             &[x.arg(), h.arg(), Arg::U32(pairs)],
         )?;
-        let dims = self
-            .gpu
-            .shapes()
-            .mma(w.rows as u32, x.rows as u32, qs_words as u32);
-        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        self.gpu.launch(
-            k,
-            dims,
-            &[
-                qs.arg(),
-                scales.arg(),
-                h.arg(),
-                y,
-                rows,
-                cols,
-                n,
-                Arg::U32(u32::from(acc)),
-            ],
-        )
+        let dims = self.gpu.shapes().mma(&rows, x.rows as u32, qs_words as u32);
+        args.extend([
+            h.arg(),
+            u32_arg(x.cols, "cols")?,
+            n,
+            Arg::U32(u32::from(acc)),
+        ]);
+        self.gpu.launch(k, dims, &args)
     }
 
     /// `x += a·wᵀ` through a fresh output (the f32-activation and f16 paths, which do not
@@ -812,7 +814,7 @@ impl Backend for Cuda {
                 // Prefill: the tensor-core GEMM reads the weights once per token tile; the
                 // mat-vec reads them once per token, which only pays for a few tokens.
                 if n >= sh.gemm_min_tokens() {
-                    self.launch_gemm(*ty, qs, scales, w, x, out.arg(), false)?;
+                    self.launch_gemm(*ty, &[(qs, scales, w, out.arg())], x, false)?;
                 } else {
                     self.with_q8(x, |xq, xds| {
                         self.launch_matvec(*ty, qs, scales, w, n, (xq, xds), out.arg(), false)
@@ -1095,7 +1097,7 @@ impl Backend for Cuda {
         );
         x.q8 = None;
         if a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
-            return self.launch_gemm(*ty, qs, scales, w, a, x.arg(), true);
+            return self.launch_gemm(*ty, &[(qs, scales, w, x.arg())], a, true);
         }
         self.with_q8(a, |xq, xds| {
             self.launch_matvec(*ty, qs, scales, w, a.rows as u32, (xq, xds), x.arg(), true)
@@ -1103,11 +1105,29 @@ impl Backend for Cuda {
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
-        let Some((ty, parts)) = split_parts(ws).filter(|_| {
-            x.rows <= FUSED_MAX_TOKENS && (2..=3).contains(&ws.len()) && !self.f32_activations
-        }) else {
+        let Some((ty, parts)) =
+            split_parts(ws).filter(|_| (2..=3).contains(&ws.len()) && !self.f32_activations)
+        else {
             return ws.iter().map(|w| self.matmul(x, w)).collect();
         };
+        if x.rows > FUSED_MAX_TOKENS {
+            if (x.rows as u32) < self.gpu.shapes().gemm_min_tokens() {
+                return ws.iter().map(|w| self.matmul(x, w)).collect();
+            }
+            // Prefill: one GEMM launch over all the matrices.
+            let outs = ws
+                .iter()
+                .map(|w| self.tensor(x.rows, w.rows))
+                .collect::<Result<Vec<_>>>()?;
+            let list: Vec<_> = parts
+                .iter()
+                .zip(ws)
+                .zip(&outs)
+                .map(|(((qs, sc), w), o)| (*qs, *sc, *w, o.arg()))
+                .collect();
+            self.launch_gemm(ty, &list, x, false)?;
+            return Ok(outs);
+        }
         let w0 = ws[0];
         ensure!(
             ws.iter().all(|w| w.cols == x.cols),
@@ -1155,8 +1175,7 @@ impl Backend for Cuda {
         up: &CudaWeight,
     ) -> Result<CudaTensor> {
         let fused = split_parts(&[gate, up]).filter(|_| {
-            x.rows <= FUSED_MAX_TOKENS
-                && !self.f32_activations
+            !self.f32_activations
                 && gate.rows == up.rows
                 && gate.cols == x.cols
                 && up.cols == x.cols
@@ -1164,6 +1183,24 @@ impl Backend for Cuda {
         let Some((ty, parts)) = fused else {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };
+        if x.rows > FUSED_MAX_TOKENS {
+            if (x.rows as u32) < self.gpu.shapes().gemm_min_tokens() {
+                return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
+            }
+            // Prefill: gate and up in one GEMM launch, then SwiGLU.
+            let (g, u) = (
+                self.tensor(x.rows, gate.rows)?,
+                self.tensor(x.rows, up.rows)?,
+            );
+            let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
+            self.launch_gemm(
+                ty,
+                &[(gq, gs, gate, g.arg()), (uq, us, up, u.arg())],
+                x,
+                false,
+            )?;
+            return self.swiglu(&g, &u);
+        }
         let out = self.tensor(x.rows, gate.rows)?;
         let k = match ty {
             GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,

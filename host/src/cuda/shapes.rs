@@ -26,8 +26,9 @@ pub trait LaunchShapes: Send + Sync {
     fn norm_q8(&self, rows: u32, cols: u32) -> Dims;
     /// The fused QK-norm + RoPE + KV-store launch of `n` tokens.
     fn rope_store(&self, heads: u32, kv_heads: u32, n: u32) -> Dims;
-    /// Quantized GEMM over weights with `qs_words` u32 of quants per block.
-    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims;
+    /// Quantized GEMM over up to three matrices (`rows` each) with `qs_words` u32 of quants
+    /// per block.
+    fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
     fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
@@ -87,7 +88,7 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)
     }
-    fn mma(&self, rows: u32, n: u32, qs_words: u32) -> Dims {
+    fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims {
         launch::mma::<P>(rows, n, qs_words)
     }
     fn gemm_min_tokens(&self) -> u32 {

@@ -51,13 +51,18 @@ pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Di
     }
 }
 
-/// Quantized GEMM (`kernels/mma.rs`): one block per `TILE_N` tokens (x) × `TILE_M` rows (y),
-/// shared memory for `STAGES` stages of weights with `qs_words` u32 of quants per block
-/// (`SplitFormat::QS_WORDS`).
-pub const fn mma<P: TargetPolicy>(rows: u32, n: u32, qs_words: u32) -> Dims {
+/// Quantized GEMM (`kernels/mma.rs`) over matrices of `rows[m]` rows each: one block per
+/// `TILE_N` tokens (x) × `TILE_M` rows of one matrix (y), shared memory for `STAGES` stages of
+/// weights with `qs_words` u32 of quants per block (`SplitFormat::QS_WORDS`).
+pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32) -> Dims {
+    let (mut tiles, mut m) = (0, 0);
+    while m < rows.len() {
+        tiles += div_ceil(rows[m], P::TILE_M);
+        m += 1;
+    }
     Dims {
         grid_x: div_ceil(n, P::TILE_N),
-        grid_y: div_ceil(rows, P::TILE_M),
+        grid_y: tiles,
         block: P::GEMM_WARPS * WARP,
         shared_bytes: crate::kernels::mma::smem_bytes::<P>(qs_words),
     }

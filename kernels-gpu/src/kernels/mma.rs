@@ -52,16 +52,28 @@ const MAX_STAGED: usize = 4;
 /// Quant blocks one stage may hold (`TILE_K / 32`; compile-time bound of the unrolled k-loop).
 const MAX_STAGE_BLOCKS: usize = 8;
 
-/// `y` (`n × rows`) = `x` · Wᵀ, or `y +=` when `acc != 0`, with W (`rows × cols`, `qs` 16-byte
-/// aligned) in split layout `F` and `x` (`n × cols` f16, 16-byte aligned rows). Launch:
-/// [`launch::mma`](crate::kernels::launch::mma).
+/// Up to three GEMMs over the same activations in one launch (the q, k and v projections;
+/// gate and up): `y_m` (`n × rows_m`) = `x` · W_mᵀ for each matrix `m` with `rows_m > 0`, or
+/// `y_m +=` when `acc != 0`. W_m (`rows_m × cols`, quants 16-byte aligned) in split layout `F`,
+/// `x` (`n × cols` f16, 16-byte aligned rows). One launch fills the machine where a small
+/// matrix alone would not (1024 rows are 8 row tiles: 64 blocks at 512 tokens on 132 SMs), and
+/// the activations are converted to f16 once. Launch: [`launch::mma`](crate::kernels::launch::mma)
+/// over the row tiles of all matrices.
 #[allow(clippy::too_many_arguments)] // the entry's parameter list, as the kernel table passes it
 pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
-    qs: *const u32,
-    scales: *const u8,
+    w0: *const u32,
+    s0: *const u8,
+    y0: *mut f32,
+    rows0: u32,
+    w1: *const u32,
+    s1: *const u8,
+    y1: *mut f32,
+    rows1: u32,
+    w2: *const u32,
+    s2: *const u8,
+    y2: *mut f32,
+    rows2: u32,
     x: *const u32,
-    y: *mut f32,
-    rows: u32,
     cols: u32,
     n: u32,
     acc: u32,
@@ -69,6 +81,20 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     // The warp tile in fragments becomes const generics so accumulators and fragments are
     // fixed-size register arrays (`policies::check` admits exactly these).
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
+    // Row tiles are numbered across the matrices in turn; which matrix a block works on is a
+    // branch on its tile number (block-uniform), not an array indexed by it (that array would
+    // live in local memory).
+    let tiles = [rows0, rows1, rows2].map(|r| r.div_ceil(P::TILE_M));
+    let by = block_idx_y();
+    let (qs, scales, y, rows, tile_m) = if by < tiles[0] {
+        (w0, s0, y0, rows0, by)
+    } else if by < tiles[0] + tiles[1] {
+        (w1, s1, y1, rows1, by - tiles[0])
+    } else if by < tiles[0] + tiles[1] + tiles[2] {
+        (w2, s2, y2, rows2, by - tiles[0] - tiles[1])
+    } else {
+        return; // a grid larger than the tiles: the whole block leaves
+    };
     let a = Args {
         qs,
         scales,
@@ -78,6 +104,7 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         cols,
         n,
         acc: acc != 0,
+        row0: tile_m * P::TILE_M,
     };
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
@@ -104,6 +131,8 @@ struct Args {
     cols: u32,
     n: u32,
     acc: bool,
+    /// The block's first row of its matrix.
+    row0: u32,
 }
 
 /// Where one stage lives in shared memory.
@@ -260,7 +289,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
     let pr = Problem {
         a,
         nb,
-        row0: block_idx_y() * P::TILE_M,
+        row0: a.row0,
         tok0: block_idx() * P::TILE_N,
     };
     let warps_m = P::TILE_M / P::GEMM_WARP_M;
