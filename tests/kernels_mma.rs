@@ -24,14 +24,14 @@ struct Case {
     seed: u64,
 }
 
-/// Rows and tokens around the block tiles (64 and 128 rows, 64 tokens) and ragged counts;
+/// Rows and tokens around the block tiles (64 and 128 rows, 64 and 128 tokens) and ragged counts;
 /// block counts around a stage (2 and 4 blocks) and past the 2- and 4-deep rings (9 and 13
 /// blocks). Mostly small: the host executor runs every mma as a warp exchange between OS
 /// threads, so a case with two tiles each way costs seconds.
 fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
-    let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65]), 2..=40u32];
+    let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
     (rows, blocks, n, any::<bool>(), 1..=3u32, seed()).prop_map(
         move |(rows, blocks, n, acc, parts, seed)| Case {
             fmt,

@@ -25,14 +25,17 @@ impl TargetPolicy for Hopper {
 
     type Mma = M16N8K16;
     const TILE_M: u32 = 128;
-    const TILE_N: u32 = 64;
+    const TILE_N: u32 = 128;
     const TILE_K: u32 = 64;
     const GEMM_WARPS: u32 = 8;
-    // 16×64 warp tiles: one dequantized weight fragment feeds eight mma per k-step (32×32 fed
-    // four); measured 6 % faster on the 12288×4096 GEMM at 512 tokens (docs/benchmarks.md).
-    const GEMM_WARP_M: u32 = 16;
+    // 128×128 block tiles of 32×64 warp tiles (124 registers: 2 blocks per SM): a dequantized
+    // weight fragment feeds eight mma per k-step, an activation fragment two. Against 128×64
+    // tiles of 16×64 with 4 stages, pp512 on qwen3-8b measured +8 % (Q4_0) and +16 % (Q8_0; 3
+    // stages gave Q8_0 +2 % of that) — docs/benchmarks.md, session 7. It pays only with the
+    // multi-matrix GEMM launches: k/v alone are 8 row tiles × 4 token tiles, a quarter of the SMs.
+    const GEMM_WARP_M: u32 = 32;
     const GEMM_WARP_N: u32 = 64;
-    const STAGES: u32 = 4;
+    const STAGES: u32 = 3;
     const GEMM_MIN_TOKENS: u32 = 8;
 
     const ROW_THREADS: u32 = 256;
