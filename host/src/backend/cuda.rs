@@ -36,6 +36,8 @@ type Pool = Rc<RefCell<PoolState>>;
 /// Token counts up to which the q/k/v and gate/up projections use the fused mat-vec kernels;
 /// larger batches (prefill) take one matmul per weight.
 const FUSED_MAX_TOKENS: usize = 8;
+/// Initial length of the step buffer (position and token ids).
+const STEP_BUF_IDS: usize = 1024;
 /// Fewest query tokens for the tensor-core prefill attention: below, most of its 64-token
 /// query tile would be padding, and the split-KV kernels spread a short chunk over more blocks.
 const FLASH_MIN_TOKENS: u32 = 16;
@@ -97,7 +99,9 @@ impl Cuda {
         Self::on(Gpu::host::<P>()).expect("host executor allocations cannot fail")
     }
     fn on(gpu: Gpu) -> Result<Self> {
-        let buf = gpu.alloc::<u32>(1 + FUSED_MAX_TOKENS)?;
+        // Room for a position and a prefill chunk of ids up front: growing it later costs the
+        // recorded decode steps (see `step_arg`).
+        let buf = gpu.alloc::<u32>(STEP_BUF_IDS)?;
         let enabled =
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let steps = Steps {
@@ -212,6 +216,10 @@ impl Cuda {
                 st.buf = self
                     .gpu
                     .alloc::<u32>((at + values.len()).next_power_of_two())?;
+                // Recorded steps read their position and tokens from the buffer just freed:
+                // drop them, the next decode step records again (a longer prompt after decoding,
+                // e.g. a chat's second turn, replayed stale positions or faulted).
+                st.graphs.clear();
             }
             self.gpu.write_at(&mut st.buf, at, values)?;
         }
