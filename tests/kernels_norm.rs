@@ -537,6 +537,19 @@ fn host_norm_q8_wide_rows() {
     common::run_host(4, wide_row_case(), argmax);
 }
 
+/// More rows than `launch::NORM_SLICED_ROWS`: one block per row emits every chunk of it (the
+/// prefill shape; `row_case`'s few rows take the sliced decode shape).
+#[test]
+fn host_norm_q8_many_rows() {
+    let case = (9..=12u32, length(300), seed()).prop_map(|(rows, cols, seed)| RowCase {
+        rows,
+        cols,
+        in_place: false,
+        seed,
+    });
+    common::run_host(4, case, rms_norm_q8);
+}
+
 /// Model-sized rows (hidden sizes up to 16k, vocab-sized softmax): GPU only.
 #[test]
 fn gpu_norm_large() {

@@ -110,6 +110,9 @@ pub trait TargetPolicy: 'static {
     /// (KV head, chunk of the whole cache), so this trades blocks in flight against partials to
     /// write and merge.
     const ATTN_CHUNK: u32;
+    /// Fewest cache positions a split covers when a short context is spread over all the
+    /// splits of the grid (rounded up to whole block steps); at most `ATTN_CHUNK`.
+    const ATTN_MIN_SPAN: u32;
     /// Softmax partials (token × KV split) one query head may leave in the attention scratch. A
     /// split is one chunk while `tokens × chunks` fits; a long prefill over a large cache gets
     /// fewer, longer splits instead of a scratch that grows with both.
@@ -128,6 +131,7 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::ROW_THREADS % WARP == 0 && P::ROW_THREADS <= 1024);
     assert!(P::ATTN_WARPS >= 1 && P::ATTN_WARPS * WARP <= 1024);
     assert!(P::ATTN_CHUNK >= 1 && P::ATTN_MAX_PARTIALS >= 1);
+    assert!(P::ATTN_MIN_SPAN >= 1 && P::ATTN_MIN_SPAN <= P::ATTN_CHUNK);
     assert!(P::TILE_M % P::Mma::M == 0);
     assert!(P::TILE_N % P::Mma::N == 0);
     assert!(P::TILE_K % P::Mma::K == 0);

@@ -52,6 +52,24 @@ pub const fn kv_splits<P: TargetPolicy>(n: u32, max_ctx: u32) -> (u32, u32) {
     (max_ctx.div_ceil(span), span)
 }
 
+/// Positions of one split for a token attending `len` positions: the static `span` of
+/// [`kv_splits`], or, for a history too short to fill the `splits` blocks at that span, `len`
+/// spread over all of them in whole block steps ([`chunk_slots`] rows) (at least
+/// `P::ATTN_MIN_SPAN` positions). A short context then runs as many blocks of a few steps each
+/// instead of one block per KV head walking it alone. Pass 1 and pass 2 both derive a token's
+/// splits from this, from the same `len`.
+pub const fn live_span<P: TargetPolicy>(len: u32, splits: u32, span: u32, head_dim: u32) -> u32 {
+    let step = chunk_slots::<P>(head_dim); // rows a block reads per step
+    let even = len.div_ceil(splits);
+    let even = if even < P::ATTN_MIN_SPAN {
+        P::ATTN_MIN_SPAN
+    } else {
+        even
+    };
+    let even = even.div_ceil(step) * step;
+    if even < span { even } else { span }
+}
+
 /// Query heads per pass-1 block and blocks (slices) per KV head: `(per_block, slices)`.
 pub const fn head_slices(heads: u32, kv_heads: u32) -> (u32, u32) {
     let group = heads / kv_heads;
@@ -109,6 +127,7 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
         block_idx_y(),
     );
     let len = unsafe { *pos } + t + 1;
+    let span = live_span::<P>(len, splits, span, head_dim);
     let start = split * span;
     if start >= len {
         return; // block-uniform: this split lies past the causal end, pass 2 will not read it
@@ -210,7 +229,7 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
 }
 
 /// Pass 2: `out[t, h]` (`n × heads × head_dim` f32) from the partials pass 1 wrote for the
-/// splits `0..ceil((*pos + t + 1) / span)` of token `t`, head `h`: warp `w` folds splits
+/// splits `0..ceil(len / live_span)` of token `t` (`len = *pos + t + 1`), head `h`: warp `w` folds splits
 /// `w, w + warps, ...`, then the block merges the warps' partials. Unless `xq` is null, the
 /// output is also written as Q8_1 blocks (`xq`, `xds`, as `quantize_q8_1` writes them) for the
 /// output projection, which then needs no quantize launch: a warp emits 32 consecutive
@@ -229,7 +248,8 @@ pub unsafe fn attention_combine<P: TargetPolicy>(
 ) {
     let (h, t) = (block_idx(), block_idx_y());
     let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
-    let live = (unsafe { *pos } + t + 1).div_ceil(span);
+    let len = unsafe { *pos } + t + 1;
+    let live = len.div_ceil(live_span::<P>(len, splits, span, head_dim));
     let rec_len = record_floats(head_dim);
     let recs = unsafe { part.add(((t * heads + h) * splits * rec_len) as usize) };
     let per_lane = head_dim / WARP;

@@ -2,6 +2,7 @@
 //! CUDA runtime and the host grid executor both launch through these, so a kernel and its
 //! launch can never disagree about warps, rows per block or shared memory.
 use crate::kernels::attention;
+use crate::kernels::norm::ROW_CHUNKS;
 use policies::{TargetPolicy, WARP, matvec_rows_per_block};
 
 /// A launch: 2-D grid of 1-D blocks plus dynamic shared memory.
@@ -89,15 +90,25 @@ pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
     }
 }
 
-/// The register-resident norm (`rms_norm_q8`): one block per row, one thread per
-/// 4 columns up to 1024 threads (then up to `ROW_CHUNKS` chunks each); one f64 scratch per warp.
+/// Most rows for which [`norm_q8`] splits a row over several blocks.
+pub const NORM_SLICED_ROWS: u32 = 8;
+
+/// The register-resident norm (`rms_norm_q8`): per row, `grid_y` blocks of one thread per
+/// `ROW_CHUNKS` chunks of 4 columns (at least a warp, at most 1024 threads); each block reduces
+/// the whole row and emits one of the `grid_y` slices (one chunk per thread each). One f64
+/// scratch per warp. Slices only for a few rows (decode): with many rows (prefill) the grid is
+/// full anyway and each row is reduced once.
 pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
     let chunks = div_ceil(cols, 4);
-    let per_thread = div_ceil(chunks, 1024);
-    let threads = div_ceil(div_ceil(chunks, per_thread), WARP) * WARP;
+    let threads = div_ceil(div_ceil(chunks, ROW_CHUNKS as u32), WARP) * WARP;
+    let threads = if threads > 1024 { 1024 } else { threads };
     Dims {
         grid_x: rows,
-        grid_y: 1,
+        grid_y: if rows <= NORM_SLICED_ROWS {
+            div_ceil(chunks, threads)
+        } else {
+            1
+        },
         block: threads,
         shared_bytes: (threads / WARP) * 8,
     }

@@ -63,10 +63,16 @@ type Chunks = [[f32; 4]; ROW_CHUNKS];
 /// This thread's chunks of row `x` (`cols % 4 == 0`, 16-byte aligned); zeros past the row.
 #[inline(always)]
 unsafe fn load_chunks(x: *const f32, cols: u32) -> Chunks {
+    unsafe { load_chunks_where(x, cols, |_| true) }
+}
+
+/// [`load_chunks`] of the chunks `k` with `wanted(k)` only (the others zero).
+#[inline(always)]
+unsafe fn load_chunks_where(x: *const f32, cols: u32, wanted: impl Fn(usize) -> bool) -> Chunks {
     let mut v = [[0f32; 4]; ROW_CHUNKS];
     unroll::<ROW_CHUNKS>(|k| {
         let j = thread_idx() + k as u32 * block_dim();
-        if j < cols / 4 {
+        if j < cols / 4 && wanted(k) {
             v[k] = unsafe { ld_nc_v4(x.add(4 * j as usize) as *const u32) }.map(f32::from_bits);
         }
     });
@@ -76,6 +82,11 @@ unsafe fn load_chunks(x: *const f32, cols: u32) -> Chunks {
 /// [`rms_norm`] that also emits its output as Q8_1 activation blocks (`xq`, `xds`, exactly as
 /// [`quantize_q8_1`](crate::kernels::matvec::quantize_q8_1) writes them for `out`): the
 /// consumer of a norm is a quantized mat-vec, which then needs no quantize launch of its own.
+/// Row `block_idx().x`; the grid's y blocks of a row each reduce the whole row (it is in L2,
+/// re-reading it costs less than a block-wide wait) and emit one slice of it: chunk `k` of every
+/// thread goes to block `y = k mod grid_dim().y`. A decode step's single row is then spread over
+/// several small blocks instead of one large block's long reduction (measured: one 1024-thread
+/// block took ~7 µs for a 4096-wide row on the H200).
 /// `cols % 32 == 0`, `cols <= MAX_ROW_COLS`. Launch: [`launch::norm_q8`](crate::kernels::launch::norm_q8).
 pub unsafe fn rms_norm_q8<P: TargetPolicy>(
     x: *const f32,
@@ -116,10 +127,14 @@ unsafe fn norm_q8_chunks(
     eps: f32,
 ) {
     // The weights load before the reduction's barriers, so their latency overlaps it.
-    let w = unsafe { load_chunks(w, cols) };
+    let mine = |k: usize| k as u32 % grid_dim_y() == block_idx_y();
+    let w = unsafe { load_chunks_where(w, cols, mine) };
     let ss: f64 = v.iter().flatten().map(|&a| a as f64 * a as f64).sum();
     let inv = inv_rms_of(unsafe { block_sum_f64(ss, shared_mem()) }, cols, eps);
     unroll::<ROW_CHUNKS>(|k| {
+        if !mine(k) {
+            return; // block-uniform: this slice is another block's
+        }
         let j = thread_idx() + k as u32 * block_dim();
         let y: [f32; 4] = core::array::from_fn(|e| v[k][e] * inv * w[k][e]);
         // Every lane joins the butterflies (a group past the row reduces zeros).

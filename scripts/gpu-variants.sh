@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the `device` tool): A/B of builds and PTX variants on whole-model
+# decode, kiln only (`xtask bench model --pp 0`: tg128 and tg128 at depth 4096), alternating.
+# Carried in: .gpu/variants, one variant per line `NAME XTASK_XZ [PTX]` (an xz-compressed
+# xtask binary, e.g. from scripts/gpu-pack.sh bench, and optionally a PTX module for
+# KILN_PTX_OVERRIDE from scripts/ptx-variant.sh), with those files. Arguments: presets
+# `preset:quant`. Env: ROUNDS (default 2, one rep per variant each), KERNELS=1 also runs
+# `xtask bench kernels` per variant.
+set -uo pipefail
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT" /tmp/kb /tmp/m
+unset LLAMA_BENCH
+names=()
+while read -r name bin ptx; do
+  [ -n "$name" ] || continue
+  xz -dc "$bin" > "/tmp/kb/xtask-$name" && chmod +x "/tmp/kb/xtask-$name"
+  names+=("$name")
+  echo "${ptx:-}" > "/tmp/kb/ptx-$name"
+done < .gpu/variants
+run() { # variant, then xtask arguments
+  local v=$1 p; shift; p=$(cat /tmp/kb/ptx-$v)
+  if [ -n "$p" ]; then KILN_PTX_OVERRIDE=$PWD/$p "/tmp/kb/xtask-$v" "$@"; else "/tmp/kb/xtask-$v" "$@"; fi
+}
+echo "commit $(cat .gpu/COMMIT 2>/dev/null); variants: ${names[*]}" | tee "$OUT/variants.txt"
+for spec in "$@"; do
+  f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
+  [ -f "$f" ] || run "${names[0]}" gen-model --preset "${spec%%:*}" --quant "${spec##*:}" --out "$f" 2>&1 | tail -1
+done
+for round in $(seq "${ROUNDS:-2}"); do
+  for spec in "$@"; do
+    f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
+    for v in "${names[@]}"; do
+      run "$v" bench model -m "$f" --pp 0 --reps 1 --out "/tmp/kb/out-$v" > "/tmp/kb/log-$v" 2>&1 || tail -5 "/tmp/kb/log-$v"
+      grep -E "^\| .*tg128" "/tmp/kb/out-$v/bench.md" | sed "s/^/round $round $v /" | tee -a "$OUT/variants.txt"
+    done
+  done
+done
+if [ -n "${KERNELS:-}" ]; then
+  for v in "${names[@]}"; do
+    echo "== bench kernels: $v" | tee -a "$OUT/variants.txt"
+    run "$v" bench kernels --iters 100 2>&1 | grep -E "^\| matvec" | tee -a "$OUT/variants.txt"
+  done
+fi
