@@ -111,9 +111,7 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         BlockFormat::Q4_1 => names::kiln_matvec_q4_1,
         BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
     };
-    let all = dev
-        .shapes()
-        .matvec_split(rows as u32, cols as u32, n as u32);
+    let all = dev.shapes().matvec(rows as u32, n as u32);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -332,9 +330,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         mats.push((gguf, qs_b, sc_b, y_b, rows));
     }
     args.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
-    let all = dev
-        .shapes()
-        .matvec_multi(&c.rows, cols as u32, n as u32, u32::MAX / 64);
+    let all = dev.shapes().matvec_multi(&c.rows, n as u32, u32::MAX / 64);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -382,7 +378,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     );
     let all = dev
         .shapes()
-        .matvec_multi(&[rows as u32], cols as u32, n as u32, u32::MAX / 64);
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -445,7 +441,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
     let all = dev
         .shapes()
-        .matvec_multi(&[rows as u32], 0, n as u32, u32::MAX / 64);
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all

@@ -19,7 +19,7 @@ impl TargetPolicy for Hopper {
 
     const MATVEC_WARPS: u32 = 4;
     const MATVEC_ROWS_PER_WARP: u32 = 1;
-    const MATVEC_BLOCKS_IN_FLIGHT: u32 = 4;
+    const MATVEC_BLOCKS_IN_FLIGHT: u32 = 2;
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     const VECTOR_BYTES: u32 = 16;
 

@@ -75,8 +75,7 @@ pub trait TargetPolicy: 'static {
     const MATVEC_ROWS_PER_WARP: u32;
     /// Resident mat-vec blocks per multiprocessor: the grid is one wave of this many per SM.
     const MATVEC_BLOCKS_PER_SM: u32;
-    /// 32-element blocks per row each lane loads before it computes (memory-level parallelism),
-    /// counted in 16-byte (Q4) blocks: a Q8 block, twice the bytes, counts twice.
+    /// 32-element blocks per row each lane loads before it computes (memory-level parallelism).
     const MATVEC_BLOCKS_IN_FLIGHT: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
@@ -152,7 +151,7 @@ pub const fn check<P: TargetPolicy>() {
         "the GEMM pipeline overlaps at least one load with compute"
     );
     assert!(P::GEMM_MIN_TOKENS >= 2);
-    assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4 | 8));
+    assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
     assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));
 }
 

@@ -140,17 +140,14 @@ fn bench_matvec<F: SplitFormat>(
         sh.quantize_q8_1(cols as u32, 1),
         &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)],
     )?;
-    let mut dims = sh.matvec_resident(rows as u32, cols as u32, 1, gpu.sm_count());
+    let mut dims = sh.matvec_resident(rows as u32, 1, gpu.sm_count());
     // Sweep hook: KILN_MATVEC_BLOCKS_PER_SM overrides the policy's resident wave (the kernel
     // grid-strides, so any grid is correct).
     if let Some(b) = std::env::var("KILN_MATVEC_BLOCKS_PER_SM")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {
-        dims.grid_x = sh
-            .matvec_split(rows as u32, cols as u32, 1)
-            .grid_x
-            .min(b * gpu.sm_count());
+        dims.grid_x = sh.matvec(rows as u32, 1).grid_x.min(b * gpu.sm_count());
     }
     let launch = |k: usize| {
         let k = k % w.qs.len();
@@ -352,7 +349,7 @@ fn bench_gemm<F: SplitFormat>(
         Ok((percentile(&mut t, 0.5), percentile(&mut t, 0.95)))
     };
     let (median, p95) = time(&|| gpu.launch(gemm, gemm_dims, &gemm_args))?;
-    let mv_dims = sh.matvec_resident(r32, cols as u32, t32, gpu.sm_count());
+    let mv_dims = sh.matvec_resident(r32, t32, gpu.sm_count());
     let (matvec_us, _) = time(&|| gpu.launch(matvec, mv_dims, &args))?;
     Ok(GemmCase {
         kernel: label.into(),

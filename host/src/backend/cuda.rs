@@ -345,7 +345,7 @@ impl Cuda {
             k,
             self.gpu
                 .shapes()
-                .matvec_resident(w.rows as u32, w.cols as u32, n, self.gpu.sm_count()),
+                .matvec_resident(w.rows as u32, n, self.gpu.sm_count()),
         );
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
         self.gpu.launch(
@@ -803,10 +803,9 @@ impl Backend for Cuda {
                     GgmlType::Q4_1 => names::kiln_matvec_f32x_q4_1,
                     _ => names::kiln_matvec_f32x_q8_0,
                 };
-                let dims = self.gpu.one_wave(
-                    k,
-                    sh.matvec_multi(&[w.rows as u32], 0, n, self.gpu.sm_count()),
-                );
+                let dims = self
+                    .gpu
+                    .one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
                 self.gpu.launch(
                     k,
                     dims,
@@ -1166,12 +1165,9 @@ impl Backend for Cuda {
         };
         let dims = self.gpu.one_wave(
             k,
-            self.gpu.shapes().matvec_multi(
-                &rows,
-                x.cols as u32,
-                x.rows as u32,
-                self.gpu.sm_count(),
-            ),
+            self.gpu
+                .shapes()
+                .matvec_multi(&rows, x.rows as u32, self.gpu.sm_count()),
         );
         self.with_q8(x, |xq, xds| {
             args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
@@ -1221,12 +1217,9 @@ impl Backend for Cuda {
         };
         let dims = self.gpu.one_wave(
             k,
-            self.gpu.shapes().matvec_multi(
-                &[gate.rows as u32],
-                x.cols as u32,
-                x.rows as u32,
-                self.gpu.sm_count(),
-            ),
+            self.gpu
+                .shapes()
+                .matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()),
         );
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
         self.with_q8(x, |xq, xds| {

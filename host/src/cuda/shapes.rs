@@ -14,11 +14,9 @@ pub trait LaunchShapes: Send + Sync {
     fn pdl(&self) -> bool;
     fn matvec(&self, rows: u32, n: u32) -> Dims;
     /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
-    fn matvec_resident(&self, rows: u32, cols: u32, n: u32, sms: u32) -> Dims;
-    /// Split-format mat-vec over the whole grid (one block per row group).
-    fn matvec_split(&self, rows: u32, cols: u32, n: u32) -> Dims;
+    fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
     /// One-row-per-warp mat-vec over matrices of `rows` each (fused projections).
-    fn matvec_multi(&self, rows: &[u32], staged_cols: u32, n: u32, sms: u32) -> Dims;
+    fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
@@ -65,15 +63,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn matvec(&self, rows: u32, n: u32) -> Dims {
         launch::matvec::<P>(rows, n)
     }
-    fn matvec_resident(&self, rows: u32, cols: u32, n: u32, sms: u32) -> Dims {
-        launch::matvec_resident::<P>(rows, cols, n, sms)
+    fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
+        launch::matvec_resident::<P>(rows, n, sms)
     }
-    fn matvec_split(&self, rows: u32, cols: u32, n: u32) -> Dims {
-        launch::matvec_split::<P>(rows, cols, n)
-    }
-    fn matvec_multi(&self, rows: &[u32], staged_cols: u32, n: u32, sms: u32) -> Dims {
+    fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims {
         let groups = rows.iter().map(|r| r.div_ceil(P::MATVEC_WARPS)).sum();
-        launch::matvec_groups::<P>(groups, staged_cols, n, sms)
+        launch::matvec_groups::<P>(groups, n, sms)
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)

@@ -493,33 +493,6 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
-/// Panics unless `p` is a 16-byte aligned address inside this block's shared memory (a launch
-/// that asked for too little is caught here; on the GPU it would read out of bounds).
-fn check_smem_v4(what: &str, p: *const u32) {
-    assert!(
-        (p as usize).is_multiple_of(16),
-        "{what}: pointer {p:p} is not 16-byte aligned"
-    );
-    let smem = block().smem.as_ptr_range();
-    assert!(
-        smem.contains(&(p as *const u128)),
-        "{what}: {p:p} is outside the block's {} bytes of shared memory",
-        smem.end as usize - smem.start as usize
-    );
-}
-
-pub unsafe fn ld_smem_v4(p: *const u32) -> [u32; 4] {
-    check_smem_v4("ld_smem_v4", p);
-    unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
-}
-
-pub unsafe fn st_smem_v4(p: *mut u32, v: [u32; 4]) {
-    check_smem_v4("st_smem_v4", p);
-    for (i, w) in v.into_iter().enumerate() {
-        unsafe { *p.add(i) = w };
-    }
-}
-
 /// Launches on the host executor run one after another: nothing to wait for.
 pub fn grid_dep_wait() {}
 

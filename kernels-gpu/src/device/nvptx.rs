@@ -269,29 +269,6 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// `ld.v4.u32` through a generic address: one 16-byte load from shared memory (a
-/// [`shared_mem`] pointer; 16-byte aligned).
-#[inline(always)]
-pub unsafe fn ld_smem_v4(p: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    unsafe {
-        asm!("ld.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p,
-             options(readonly, nostack));
-    }
-    [a, b, c, d]
-}
-
-/// `st.v4.u32` through a generic address: one 16-byte store to shared memory (16-byte aligned).
-#[inline(always)]
-pub unsafe fn st_smem_v4(p: *mut u32, v: [u32; 4]) {
-    unsafe {
-        asm!("st.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
-             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
-             options(nostack));
-    }
-}
-
 /// `griddepcontrol.wait`: blocks until the grids this one programmatically depends on have
 /// completed and their writes are visible (a no-op when launched without that dependency).
 /// sm_90+ only: callers check `TargetPolicy::HAS_PDL`.

@@ -1,8 +1,8 @@
 //! Launch shapes, computed from the same policy constants the kernels are compiled with. The
 //! CUDA runtime and the host grid executor both launch through these, so a kernel and its
 //! launch can never disagree about warps, rows per block or shared memory.
+use crate::kernels::attention;
 use crate::kernels::norm::ROW_CHUNKS;
-use crate::kernels::{attention, matvec};
 use policies::{TargetPolicy, WARP, matvec_rows_per_block};
 
 /// A launch: 2-D grid of 1-D blocks plus dynamic shared memory.
@@ -29,19 +29,10 @@ pub const fn matvec<P: TargetPolicy>(rows: u32, n: u32) -> Dims {
     }
 }
 
-/// The split-format mat-vec (`matvec_split`) over the whole grid: [`matvec`]'s blocks, each
-/// with shared memory for one staged activation row of `cols`.
-pub const fn matvec_split<P: TargetPolicy>(rows: u32, cols: u32, n: u32) -> Dims {
-    Dims {
-        shared_bytes: matvec::staged_x_bytes(cols),
-        ..matvec::<P>(rows, n)
-    }
-}
-
 /// The split-format mat-vec on a device with `sms` multiprocessors: at most one resident wave
 /// (`P::MATVEC_BLOCKS_PER_SM` per SM); the kernel strides over the remaining row groups.
-pub const fn matvec_resident<P: TargetPolicy>(rows: u32, cols: u32, n: u32, sms: u32) -> Dims {
-    let all = matvec_split::<P>(rows, cols, n);
+pub const fn matvec_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Dims {
+    let all = matvec::<P>(rows, n);
     let wave = sms * P::MATVEC_BLOCKS_PER_SM;
     Dims {
         grid_x: if all.grid_x < wave { all.grid_x } else { wave },
@@ -49,26 +40,15 @@ pub const fn matvec_resident<P: TargetPolicy>(rows: u32, cols: u32, n: u32, sms:
     }
 }
 
-/// The one-row-per-warp mat-vecs over several matrices (`matvec3_split`, `matvec_swiglu_split`,
-/// and `matvec_split_f32x` over one): `groups` = Σ over the matrices of ⌈rows / MATVEC_WARPS⌉,
-/// at most one resident wave. `staged_cols`: the width of the Q8_1 activation row the split
-/// kernels stage in shared memory (0 for `matvec_split_f32x`, which stages nothing).
-pub const fn matvec_groups<P: TargetPolicy>(
-    groups: u32,
-    staged_cols: u32,
-    n: u32,
-    sms: u32,
-) -> Dims {
+/// The one-row-per-warp mat-vecs over several matrices (`matvec3_split`, `matvec_swiglu_split`):
+/// `groups` = Σ over the matrices of ⌈rows / MATVEC_WARPS⌉, at most one resident wave.
+pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Dims {
     let wave = sms * P::MATVEC_BLOCKS_PER_SM;
     Dims {
         grid_x: if groups < wave { groups } else { wave },
         grid_y: n,
         block: P::MATVEC_WARPS * WARP,
-        shared_bytes: if staged_cols == 0 {
-            0
-        } else {
-            matvec::staged_x_bytes(staged_cols)
-        },
+        shared_bytes: 0,
     }
 }
 

@@ -2,11 +2,7 @@
 //!
 //! Each warp owns `P::MATVEC_ROWS_PER_WARP` consecutive rows. A lane walks the row's blocks
 //! `lane, lane+32, ...`, so a warp reads 32 consecutive blocks (512 or 1024 contiguous bytes) per
-//! step with 16-byte loads, and each activation block it reads is reused for all of its rows.
-//! The split-format kernels first stage the token's Q8_1 activation row in shared memory
-//! ([`stage_x`]): the dot loops then read it there at use time, so registers hold only weights
-//! across a load's latency (more weight bytes in flight for the same registers), and the
-//! streamed weights cannot evict the activations from L1.
+//! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
 use policies::TargetPolicy;
@@ -118,11 +114,10 @@ unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
     acc: u32,
 ) {
     unsafe {
-        match blocks_in_flight::<P, F>() {
+        match P::MATVEC_BLOCKS_IN_FLIGHT {
             1 => matvec_split_tile::<P, F, R, 1>(qs, scales, xq, xds, y, rows, cols, acc),
             2 => matvec_split_tile::<P, F, R, 2>(qs, scales, xq, xds, y, rows, cols, acc),
-            4 => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols, acc),
-            _ => matvec_split_tile::<P, F, R, 8>(qs, scales, xq, xds, y, rows, cols, acc),
+            _ => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols, acc),
         }
     }
 }
@@ -143,6 +138,7 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     acc: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     // Grid-stride over groups of `MATVEC_WARPS·R` rows: `launch::matvec_resident` launches
     // at most one resident wave of blocks, fewer than there are groups. The loop condition is
     // the same for the whole block, so every lane reaches the warp_sum inside `warp_dots`.
@@ -151,7 +147,6 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     let mut group = block_idx() as usize;
     prefetch_rows::<P, F>(qs, scales, group * group_rows, group_rows, rows, nb);
     pdl_wait::<P>();
-    let x = unsafe { stage_x(xq, xds, t, nb) };
     while group * group_rows < rows {
         let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
         let w = core::array::from_fn(|r| WeightRow {
@@ -201,56 +196,8 @@ struct WeightRow {
     live: bool,
 }
 
-/// Shared-memory bytes the split-format mat-vecs need for rows of `cols` (one token's Q8_1
-/// activations: the codes, then a (d, d·Σq) pair per block). Launch shapes set it.
-pub const fn staged_x_bytes(cols: u32) -> u32 {
-    cols + cols / QK as u32 * 8
-}
-
-/// Copies token `t`'s Q8_1 activation row (`nb` blocks of `xq`, `xds`) into the block's shared
-/// memory ([`staged_x_bytes`]) and returns where its codes and pairs are. Every thread must call.
-#[inline(always)]
-unsafe fn stage_x(
-    xq: *const u32,
-    xds: *const f32,
-    t: usize,
-    nb: usize,
-) -> (*const u32, *const f32) {
-    let smem: *mut u32 = shared_mem();
-    let (q_words, ds_words) = (nb * 8, nb * 2);
-    let (q, ds) = unsafe { (xq.add(t * q_words), xds.add(t * ds_words)) };
-    let staged_ds = unsafe { smem.add(q_words) } as *mut f32;
-    let mut i = thread_idx() as usize;
-    while i < q_words / 4 {
-        unsafe { st_smem_v4(smem.add(4 * i), ld_nc_v4(q.add(4 * i))) };
-        i += block_dim() as usize;
-    }
-    // The pairs of token t start 8-byte aligned only: word copies.
-    let mut i = thread_idx() as usize;
-    while i < ds_words {
-        unsafe { *staged_ds.add(i) = *ds.add(i) };
-        i += block_dim() as usize;
-    }
-    sync_threads();
-    (smem, staged_ds)
-}
-
-/// Blocks per row a lane keeps in flight for format `F`: the policy's count is for 16-byte
-/// blocks of quants (Q4), so a Q8 block (32 bytes) counts twice. At most 8.
-const fn blocks_in_flight<P: TargetPolicy, F: SplitFormat>() -> u32 {
-    let u = P::MATVEC_BLOCKS_IN_FLIGHT * 4 / F::QS_WORDS as u32;
-    if u == 0 {
-        1
-    } else if u > 8 {
-        8
-    } else {
-        u
-    }
-}
-
-/// The full dot products (every lane gets them) of the staged activation row `x` = (codes,
-/// pairs, in shared memory: [`stage_x`]) with `R` weight rows, which may come from different
-/// matrices. Every lane of the warp must call.
+/// The full dot products (every lane gets them) of the activation row `x` = (`xq`, `xds`) with
+/// `R` weight rows, which may come from different matrices. Every lane of the warp must call.
 #[inline(always)]
 unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
     w: &[WeightRow; R],
@@ -261,13 +208,18 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
     let mut acc = [0f32; R];
     let mut b0 = lane() as usize;
     // `unroll` writes the loops over U and R out, so these arrays stay in registers (a rolled
-    // loop would index them at run time and put them in local memory). All weight loads of a
-    // step are issued before the first dot; the activations come from shared memory at use.
+    // loop would index them at run time and put them in local memory).
     while b0 < nb {
+        let mut xw = [[0u32; 8]; U];
+        let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
+                let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
+                let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
+                xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
                 unroll::<R>(|r| {
                     if w[r].live {
                         wq[r][u] = unsafe {
@@ -280,14 +232,10 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
-                let lo = unsafe { ld_smem_v4(xq_row.add(b * 8)) };
-                let hi = unsafe { ld_smem_v4(xq_row.add(b * 8 + 4)) };
-                let xw = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                let xd = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
                 unroll::<R>(|r| {
                     if w[r].live {
                         let sc = unsafe { w[r].scales.add((w[r].row * nb + b) * F::SCALE_BYTES) };
-                        acc[r] = F::block_dot(acc[r], &wq[r][u], sc, &xw, xd.0, xd.1);
+                        acc[r] = F::block_dot(acc[r], &wq[r][u], sc, &xw[u], xd[u].0, xd[u].1);
                     }
                 });
             }
@@ -306,11 +254,10 @@ unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
     nb: usize,
 ) -> [f32; R] {
     unsafe {
-        match blocks_in_flight::<P, F>() {
+        match P::MATVEC_BLOCKS_IN_FLIGHT {
             1 => warp_dots::<F, R, 1>(w, x, nb),
             2 => warp_dots::<F, R, 2>(w, x, nb),
-            4 => warp_dots::<F, R, 4>(w, x, nb),
-            _ => warp_dots::<F, R, 8>(w, x, nb),
+            _ => warp_dots::<F, R, 4>(w, x, nb),
         }
     }
 }
@@ -341,6 +288,7 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let warps = P::MATVEC_WARPS as usize;
     // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
     // to is block-uniform, so the whole block takes the same branch.
@@ -367,7 +315,6 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     let (qs, scales, _, rows, g) = pick(group);
     prefetch_rows::<P, F>(qs, scales, g * warps, warps, rows, nb);
     pdl_wait::<P>();
-    let x = unsafe { stage_x(xq, xds, t, nb) };
     while group < groups[0] + groups[1] + groups[2] {
         let (qs, scales, y, rows, g) = pick(group);
         let row = g * warps + warp_id() as usize;
@@ -403,12 +350,12 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     let mut group = block_idx() as usize;
     prefetch_rows::<P, F>(gate_qs, gate_scales, group * warps, warps, rows, nb);
     prefetch_rows::<P, F>(up_qs, up_scales, group * warps, warps, rows, nb);
     pdl_wait::<P>();
-    let x = unsafe { stage_x(xq, xds, t, nb) };
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
