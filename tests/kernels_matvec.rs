@@ -272,12 +272,7 @@ struct FusedCase {
 }
 
 fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
-    // The first matrix (also SwiGLU's) sometimes whole 32-row blocks: the fused Q8_1 output.
-    let rows = (
-        prop_oneof![1..=20u32, Just(32u32), Just(64u32)],
-        1..=12u32,
-        prop_oneof![Just(0u32), 1..=12u32],
-    );
+    let rows = (1..=20u32, 1..=12u32, prop_oneof![Just(0u32), 1..=12u32]);
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
     (
         rows,
@@ -389,16 +384,6 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         ..all
     };
     let (gq_b, gs_b) = (mats[0].1, mats[0].2);
-    // Whole 32-row blocks: the launch also emits y as Q8_1 through its completion counters.
-    let q8 = (rows % QK == 0).then(|| {
-        (
-            poisoned::<i8>(dev, n * rows, 0x80),
-            poisoned::<f32>(dev, n * rows / 16, 0xff),
-            upload(dev, &vec![0u32; n * rows / QK]),
-        )
-    });
-    let q8_arg =
-        |f: fn(&(common::Buf, common::Buf, common::Buf)) -> Arg| q8.as_ref().map_or(Arg::Ptr(0), f);
     let sargs = [
         gq_b.arg(),
         gs_b.arg(),
@@ -407,9 +392,6 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         xq_b.arg(),
         xds_b.arg(),
         y_b.arg(),
-        q8_arg(|q| q.0.arg()),
-        q8_arg(|q| q.1.arg()),
-        q8_arg(|q| q.2.arg()),
         Arg::U32(rows as u32),
         Arg::U32(cols as u32),
     ];
@@ -425,26 +407,6 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu output", &y)?;
-    if let Some((yq_b, yds_b, done_b)) = &q8 {
-        // The bits `quantize_q8_1` gives for y, and the counters left at zero for the next launch.
-        let (_, _, yq_ref, yds_ref) = quantize(dev, &y, rows, n)?;
-        let label = dev.label();
-        prop_assert!(
-            download::<i8>(dev, yq_b) == yq_ref,
-            "{label}: matvec_swiglu Q8_1 codes differ from quantize_q8_1 of its output"
-        );
-        prop_assert!(
-            download::<f32>(dev, yds_b)
-                .iter()
-                .map(|v| v.to_bits())
-                .eq(yds_ref.iter().map(|v| v.to_bits())),
-            "{label}: matvec_swiglu Q8_1 scales differ from quantize_q8_1 of its output"
-        );
-        prop_assert!(
-            download::<u32>(dev, done_b).iter().all(|&c| c == 0),
-            "{label}: matvec_swiglu left completion counters non-zero"
-        );
-    }
     let up_exact = r::matvec_q8_1(c.fmt, &up, rows, cols, &xq, &xds);
     let want: Vec<f64> = exact[0]
         .iter()

@@ -82,12 +82,6 @@ pub struct Cuda {
     /// llama.cpp keeps them: decode reads one row per token over the bus (measured on an H200:
     /// same speed, 320–640 MiB less VRAM on 8B). `KILN_MAPPED_EMBEDDING=0` uploads them instead.
     mapped_tables: bool,
-    /// Completion counters of the SwiGLU mat-vec's Q8_1 output (`matvec_swiglu_split`), zeroed
-    /// and left zeroed by every launch; allocated at first use for `FUSED_MAX_TOKENS` tokens.
-    swiglu_done: RefCell<Option<DBuf<u32>>>,
-    /// `KILN_SWIGLU_Q8=0`: the SwiGLU mat-vec emits f32 only and a quantize launch follows (the
-    /// A/B switch for its fused Q8_1 output).
-    swiglu_q8: bool,
 }
 
 impl Cuda {
@@ -126,8 +120,6 @@ impl Cuda {
             argmax_bufs: RefCell::default(),
             f32_activations: false,
             mapped_tables: true,
-            swiglu_done: RefCell::default(),
-            swiglu_q8: std::env::var("KILN_SWIGLU_Q8").map_or(true, |v| v != "0"),
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -453,16 +445,6 @@ impl Cuda {
             &[x.arg(), xq.arg(), xds.arg(), Arg::U32(x.cols as u32)],
         )?;
         f(xq.arg(), xds.arg())
-    }
-    /// The SwiGLU mat-vec's zeroed completion counters, at least `n` of them. Growing the
-    /// buffer drops the recorded decode steps (they hold the old one), as `step_arg` does.
-    fn swiglu_counters(&self, n: usize) -> Result<Arg> {
-        let mut done = self.swiglu_done.borrow_mut();
-        if done.as_ref().is_none_or(|d| d.len() < n) {
-            *done = Some(self.gpu.alloc::<u32>(n)?);
-            self.steps.borrow_mut().graphs.clear();
-        }
-        Ok(done.as_ref().map(|d| d.arg()).expect("allocated above"))
     }
     /// Buffers for Q8_1 activations of `rows × cols`: i8 codes (4 per f32 slot) and (d, d·Σq)
     /// per 32-block.
@@ -1227,16 +1209,7 @@ impl Backend for Cuda {
             )?;
             return self.swiglu(&g, &u);
         }
-        let mut out = self.tensor(x.rows, gate.rows)?;
-        // The Q8_1 copy for the down projection comes out of the same launch when its blocks
-        // do not straddle tokens.
-        let q8 = if self.swiglu_q8 && gate.rows.is_multiple_of(32) {
-            let (yq, yds) = self.q8_buffers(x.rows, gate.rows)?;
-            let done = self.swiglu_counters(FUSED_MAX_TOKENS * gate.rows / 32)?;
-            Some((yq, yds, done))
-        } else {
-            None
-        };
+        let out = self.tensor(x.rows, gate.rows)?;
         let k = match ty {
             GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,
             GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
@@ -1261,17 +1234,11 @@ impl Backend for Cuda {
                     xq,
                     xds,
                     out.arg(),
-                    q8.as_ref().map_or(Arg::Ptr(0), |q| q.0.arg()),
-                    q8.as_ref().map_or(Arg::Ptr(0), |q| q.1.arg()),
-                    q8.as_ref().map_or(Arg::Ptr(0), |q| q.2),
                     u32_arg(gate.rows, "rows")?,
                     u32_arg(x.cols, "cols")?,
                 ],
             )
         })?;
-        if let Some((yq, yds, _)) = q8 {
-            out.q8 = Some(Box::new((yq, yds)));
-        }
         Ok(out)
     }
 

@@ -493,27 +493,6 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
-pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
-    unsafe { (*(p as *const AtomicU32)).fetch_add(v, Ordering::SeqCst) }
-}
-
-pub unsafe fn st_relaxed_u32(p: *mut u32, v: u32) {
-    unsafe { (*(p as *const AtomicU32)).store(v, Ordering::SeqCst) }
-}
-
-pub unsafe fn ld_relaxed_f32(p: *const f32) -> f32 {
-    f32::from_bits(unsafe { (*(p as *const AtomicU32)).load(Ordering::SeqCst) })
-}
-
-pub fn fence_gpu() {
-    std::sync::atomic::fence(Ordering::SeqCst);
-}
-
-/// A warp collective like the shuffles: every lane of the warp must reach it.
-pub fn sync_warp() {
-    warp_exchange([0]);
-}
-
 /// Launches on the host executor run one after another: nothing to wait for.
 pub fn grid_dep_wait() {}
 

@@ -269,49 +269,6 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// `atom.relaxed.gpu.global.add.u32`: adds `v` to `*p`, returns the old value.
-#[inline(always)]
-pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
-    let old: u32;
-    unsafe {
-        asm!("atom.relaxed.gpu.global.add.u32 {o}, [{p}], {v};",
-             o = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack));
-    }
-    old
-}
-
-/// `st.relaxed.gpu.global.u32`: a store other blocks may observe while this grid runs.
-#[inline(always)]
-pub unsafe fn st_relaxed_u32(p: *mut u32, v: u32) {
-    unsafe {
-        asm!("st.relaxed.gpu.global.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
-    }
-}
-
-/// `ld.relaxed.gpu.global.f32`: a load that sees other blocks' writes (not the read-only path).
-#[inline(always)]
-pub unsafe fn ld_relaxed_f32(p: *const f32) -> f32 {
-    let v: f32;
-    unsafe {
-        asm!("ld.relaxed.gpu.global.f32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack, readonly));
-    }
-    v
-}
-
-/// `fence.acq_rel.gpu`: this thread's earlier memory operations are ordered before its later
-/// ones for every thread of the GPU (with an atomic: the release / acquire half of a handoff).
-#[inline(always)]
-pub fn fence_gpu() {
-    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
-}
-
-/// `bar.warp.sync 0xffffffff`: the warp's lanes meet; memory operations before it are ordered
-/// before those after it, across the warp's lanes.
-#[inline(always)]
-pub fn sync_warp() {
-    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
-}
-
 /// `griddepcontrol.wait`: blocks until the grids this one programmatically depends on have
 /// completed and their writes are visible (a no-op when launched without that dependency).
 /// sm_90+ only: callers check `TargetPolicy::HAS_PDL`.

@@ -334,10 +334,7 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
 
 /// The gate and up projections and SwiGLU in one launch: `y = silu(x·Gᵀ) ⊙ (x·Uᵀ)`, G and U
 /// both `rows × cols`. A warp computes row `r` of both matrices, so the two products never
-/// leave registers. Unless `yq` is null, `y` is also emitted as Q8_1 blocks (`yq`, `yds`, the
-/// bits `quantize_q8_1` would write) for the down projection, which then needs no quantize
-/// launch: see [`quantize_when_complete`] (`rows % 32 == 0`; `done`: `n × rows/32` zeroed
-/// counters, left zeroed). Launch: [`launch::matvec_resident`] over `rows` (one row per warp).
+/// leave registers. Launch: [`launch::matvec_resident`] over `rows` (one row per warp).
 ///
 /// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
 #[allow(clippy::too_many_arguments)]
@@ -349,9 +346,6 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     xq: *const u32,
     xds: *const f32,
     y: *mut f32,
-    yq: *mut i8,
-    yds: *mut f32,
-    done: *mut u32,
     rows: u32,
     cols: u32,
 ) {
@@ -383,43 +377,7 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
         if lane() == 0 && live {
             unsafe { *y.add(t * rows + row) = silu(g) * u };
         }
-        if !yq.is_null() {
-            unsafe { quantize_when_complete(y, yq, yds, done, t * rows + row, live) };
-        }
         group += grid_dim() as usize;
-    }
-}
-
-/// Emits the Q8_1 block of `y` holding element `i` once all 32 of its elements are written,
-/// from whichever warp writes last. After lane 0 wrote `y[i]` (when `live`), the warp counts it
-/// in `done[i / 32]` (release before, acquire after: the writes of the warps counted before are
-/// then visible to it); the warp whose count completes the block re-reads it and quantizes it
-/// ([`quantize_block`]), then resets the counter for the next launch. Saves a quantize launch
-/// per use. `live` must be the same on every lane, and every lane must call.
-#[inline(always)]
-unsafe fn quantize_when_complete(
-    y: *const f32,
-    yq: *mut i8,
-    yds: *mut f32,
-    done: *mut u32,
-    i: usize,
-    live: bool,
-) {
-    let blk = i / QK;
-    let mut completes = 0;
-    if lane() == 0 && live {
-        fence_gpu();
-        completes = (unsafe { atomic_add_u32(done.add(blk), 1) } == QK as u32 - 1) as u32;
-        fence_gpu();
-    }
-    let completes = shfl_idx_u32(completes, 0) != 0;
-    sync_warp(); // lane 0's acquire orders the other lanes' loads too
-    if completes {
-        let j = blk * QK + lane() as usize;
-        unsafe { quantize_block(ld_relaxed_f32(y.add(j)), yq.add(j), yds.add(2 * blk)) };
-        if lane() == 0 {
-            unsafe { st_relaxed_u32(done.add(blk), 0) };
-        }
     }
 }
 
