@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (the `device` tool): A/B of builds and PTX variants on whole-model
 # decode, kiln only (`xtask bench model --pp 0`: tg128 and tg128 at depth 4096), alternating.
-# Carried in: .gpu/variants, one variant per line `NAME XTASK_XZ [PTX]` (an xz-compressed
-# xtask binary, e.g. from scripts/gpu-pack.sh bench, and optionally a PTX module for
-# KILN_PTX_OVERRIDE from scripts/ptx-variant.sh), with those files. Arguments: presets
+# Carried in: .gpu/variants, one variant per line `NAME XTASK_XZ [PTX|-] [VAR=VALUE ...]` (an
+# xz-compressed xtask binary, e.g. from scripts/gpu-pack.sh bench; optionally a PTX module for
+# KILN_PTX_OVERRIDE from scripts/ptx-variant.sh, `-` for none; then environment settings), with
+# those files. Arguments: presets
 # `preset:quant`. Env: ROUNDS (default 2, one rep per variant each), KERNELS=1 also runs
 # `xtask bench kernels` per variant.
 set -uo pipefail
@@ -11,15 +12,18 @@ OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT" /tmp/kb /tmp/m
 unset LLAMA_BENCH
 names=()
-while read -r name bin ptx; do
+while read -r name bin ptx envs; do
   [ -n "$name" ] || continue
   xz -dc "$bin" > "/tmp/kb/xtask-$name" && chmod +x "/tmp/kb/xtask-$name"
   names+=("$name")
+  [ "${ptx:--}" = - ] && ptx=
   echo "${ptx:-}" > "/tmp/kb/ptx-$name"
+  echo "${envs:-}" > "/tmp/kb/env-$name"
 done < .gpu/variants
 run() { # variant, then xtask arguments
-  local v=$1 p; shift; p=$(cat /tmp/kb/ptx-$v)
-  if [ -n "$p" ]; then KILN_PTX_OVERRIDE=$PWD/$p "/tmp/kb/xtask-$v" "$@"; else "/tmp/kb/xtask-$v" "$@"; fi
+  local v=$1 p e; shift; p=$(cat /tmp/kb/ptx-$v); e=$(cat /tmp/kb/env-$v)
+  if [ -n "$p" ]; then e="$e KILN_PTX_OVERRIDE=$PWD/$p"; fi
+  env $e "/tmp/kb/xtask-$v" "$@"
 }
 echo "commit $(cat .gpu/COMMIT 2>/dev/null); variants: ${names[*]}" | tee "$OUT/variants.txt"
 for spec in "$@"; do
