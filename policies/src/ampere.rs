@@ -36,11 +36,10 @@ impl TargetPolicy for Ampere {
     const ATTN_WARPS: u32 = 4;
     // 108 SMs: decode of 8 KV heads at 4k context is 256 blocks, over two per SM.
     const ATTN_CHUNK: u32 = 128;
+    // Fewest positions a split reads once a short context is spread over all the splits:
+    // Hopper's value (measured there), not measured on this target.
+    const ATTN_MIN_SPAN: u32 = 16;
     // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
     // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
-    // Fewest positions a split reads once a short context is spread over all the splits (two
-    // steps of 8 rows at head_dim 128): decode at a few hundred positions then runs ~10
-    // blocks per KV head instead of one.
-    const ATTN_MIN_SPAN: u32 = 16;
     const ATTN_MAX_PARTIALS: u32 = 1024;
 }

@@ -42,11 +42,12 @@ impl TargetPolicy for Hopper {
     const ATTN_WARPS: u32 = 4;
     // 132 SMs: decode of 8 KV heads at 4k context is 256 blocks, about two per SM.
     const ATTN_CHUNK: u32 = 128;
-    // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
-    // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
     // Fewest positions a split reads once a short context is spread over all the splits (two
     // steps of 8 rows at head_dim 128): decode at a few hundred positions then runs ~10
-    // blocks per KV head instead of one.
+    // blocks per KV head instead of one. Measured: 8B Q4_0 tg128 +6 %, 0.6B +11 % against
+    // whole 128-position chunks; 8 gave the same (docs/benchmarks.md, session 8).
     const ATTN_MIN_SPAN: u32 = 16;
+    // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
+    // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
     const ATTN_MAX_PARTIALS: u32 = 1024;
 }
