@@ -394,3 +394,30 @@ fn host_flash_prefill() {
 fn gpu_flash_prefill() {
     common::run_gpu("gpu_flash_prefill", 128, flash_case(), flash);
 }
+
+proptest! {
+    /// `live_span`, which pass 1 and pass 2 both derive a token's splits from: whole block
+    /// steps, never past the static span, never more splits than the grid has, and the splits
+    /// cover the token's history — for every policy, head size and cache.
+    #[test]
+    fn live_span_splits_cover_history_within_grid(
+        max_ctx in 1..200_000u32,
+        n in 1..=64u32,
+        hd in head_dim(),
+        at in 0.0..1.0f64,
+    ) {
+        fn check<P: policies::TargetPolicy>(max_ctx: u32, n: u32, hd: u32, at: f64) -> Result<(), TestCaseError> {
+            use kernels_gpu::kernels::attention::{chunk_slots, kv_splits, live_span};
+            let (splits, span) = kv_splits::<P>(n, max_ctx);
+            let len = 1 + ((max_ctx - 1) as f64 * at) as u32;
+            let live = live_span::<P>(len, splits, span, hd);
+            prop_assert!(live <= span, "{}: live span {live} over the static {span}", P::NAME);
+            prop_assert!(live % chunk_slots::<P>(hd) == 0 || live == span, "{}: span {live} is not whole steps", P::NAME);
+            prop_assert!(len.div_ceil(live) <= splits, "{}: {len} positions need {} splits of {live}, the grid has {splits}", P::NAME, len.div_ceil(live));
+            Ok(())
+        }
+        check::<policies::Ampere>(max_ctx, n, hd, at)?;
+        check::<policies::Hopper>(max_ctx, n, hd, at)?;
+        check::<policies::SparkGb10>(max_ctx, n, hd, at)?;
+    }
+}
