@@ -364,6 +364,12 @@ impl Cuda {
         )
     }
 
+    /// Whether `tokens` rows of activations take the tensor-core GEMM rather than the mat-vec
+    /// (`P::GEMM_MIN_TOKENS`).
+    fn gemm_for(&self, tokens: usize) -> bool {
+        tokens as u64 >= u64::from(self.gpu.shapes().gemm_min_tokens())
+    }
+
     /// The tensor-core GEMMs `y_m = x·w_mᵀ` (or `y_m +=` with `acc`) of up to three weights
     /// (quants, scales, weight, output) in format `ty`, in one launch over `x` rounded to f16
     /// once.
@@ -395,8 +401,9 @@ impl Cuda {
                 w.name,
                 w.cols
             );
-            rows.push(to_u32(w.rows, "rows")?);
-            args.extend([qs.arg(), scales.arg(), y, u32_arg(w.rows, "rows")?]);
+            let r = to_u32(w.rows, "rows")?;
+            rows.push(r);
+            args.extend([qs.arg(), scales.arg(), y, Arg::U32(r)]);
         }
         for _ in ws.len()..3 {
             args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
@@ -821,7 +828,7 @@ impl Backend for Cuda {
                 );
                 // Prefill: the tensor-core GEMM reads the weights once per token tile; the
                 // mat-vec reads them once per token, which only pays for a few tokens.
-                if n >= sh.gemm_min_tokens() {
+                if self.gemm_for(x.rows) {
                     self.launch_gemm(*ty, &[(qs, scales, w, out.arg())], x, false)?;
                 } else {
                     self.with_q8(x, |xq, xds| {
@@ -1104,7 +1111,7 @@ impl Backend for Cuda {
             w.rows
         );
         x.q8 = None;
-        if a.rows as u32 >= self.gpu.shapes().gemm_min_tokens() {
+        if self.gemm_for(a.rows) {
             return self.launch_gemm(*ty, &[(qs, scales, w, x.arg())], a, true);
         }
         self.with_q8(a, |xq, xds| {
@@ -1119,7 +1126,7 @@ impl Backend for Cuda {
             return ws.iter().map(|w| self.matmul(x, w)).collect();
         };
         if x.rows > FUSED_MAX_TOKENS {
-            if (x.rows as u32) < self.gpu.shapes().gemm_min_tokens() {
+            if !self.gemm_for(x.rows) {
                 return ws.iter().map(|w| self.matmul(x, w)).collect();
             }
             // Prefill: one GEMM launch over all the matrices.
@@ -1192,7 +1199,7 @@ impl Backend for Cuda {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };
         if x.rows > FUSED_MAX_TOKENS {
-            if (x.rows as u32) < self.gpu.shapes().gemm_min_tokens() {
+            if !self.gemm_for(x.rows) {
                 return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
             }
             // Prefill: gate and up in one GEMM launch, then SwiGLU.

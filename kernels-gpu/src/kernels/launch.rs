@@ -95,7 +95,8 @@ pub const NORM_SLICED_ROWS: u32 = 8;
 
 /// The register-resident norm (`rms_norm_q8`): per row, `grid_y` blocks of one thread per
 /// `ROW_CHUNKS` chunks of 4 columns (at least a warp, at most 1024 threads); each block reduces
-/// the whole row and emits one of the `grid_y` slices (one chunk per thread each). One f64
+/// the whole row and emits one of the `grid_y` slices (block `y` the chunks `k` with
+/// `k mod grid_y == y`: one per thread when `grid_y` is `ROW_CHUNKS`). One f64
 /// scratch per warp. Slices only for a few rows (decode): with many rows (prefill) the grid is
 /// full anyway and each row is reduced once.
 pub const fn norm_q8<P: TargetPolicy>(rows: u32, cols: u32) -> Dims {
