@@ -9,6 +9,51 @@ use crate::device::{dp4a_s32, f16_to_f32, fma_f16x2, fma_f32, mul_f16x2, prmt, s
 /// Elements per quant block of every split format.
 pub const QK: usize = 32;
 
+/// One split-layout weight matrix of a launch over up to three (q/k/v, gate/up) and where its
+/// product goes: quants, scales, output, rows (0: no matrix).
+#[derive(Clone, Copy)]
+pub struct SplitOut {
+    pub qs: *const u32,
+    pub scales: *const u8,
+    pub y: *mut f32,
+    pub rows: u32,
+}
+
+impl From<(*const u32, *const u8, *mut f32, u32)> for SplitOut {
+    /// From a kernel's `(w, s, y, rows)` parameters.
+    #[inline(always)]
+    fn from((qs, scales, y, rows): (*const u32, *const u8, *mut f32, u32)) -> Self {
+        SplitOut {
+            qs,
+            scales,
+            y,
+            rows,
+        }
+    }
+}
+
+/// Work units (row groups, row tiles) numbered across the matrices `m` in turn, `units(rows)`
+/// of them per matrix: the matrix unit `i` falls in and its number there, `None` past the last.
+/// A branch per matrix, not an array indexed by the matrix found: that index would be a
+/// run-time value and put the array in local memory.
+#[inline(always)]
+pub fn pick_matrix(
+    m: [SplitOut; 3],
+    units: impl Fn(u32) -> u32,
+    i: u32,
+) -> Option<(SplitOut, u32)> {
+    let (c0, c1, c2) = (units(m[0].rows), units(m[1].rows), units(m[2].rows));
+    if i < c0 {
+        Some((m[0], i))
+    } else if i < c0 + c1 {
+        Some((m[1], i - c0))
+    } else if i < c0 + c1 + c2 {
+        Some((m[2], i - c0 - c1))
+    } else {
+        None
+    }
+}
+
 /// One GGUF 32-element block format in split layout.
 ///
 /// `scale`/`qs` pointers point into the device planes; the methods are safe to call only from

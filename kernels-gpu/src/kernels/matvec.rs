@@ -4,7 +4,7 @@
 //! `lane, lane+32, ...`, so a warp reads 32 consecutive blocks (512 or 1024 contiguous bytes) per
 //! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat};
+use crate::kernels::formats::{QK, SplitFormat, SplitOut, pick_matrix};
 use policies::TargetPolicy;
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
@@ -292,32 +292,28 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     let warps = P::MATVEC_WARPS as usize;
     // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
     // to is block-uniform, so the whole block takes the same branch.
-    let groups = [rows0, rows1, rows2].map(|r| (r as usize).div_ceil(warps));
-    // The matrix and its group number for a group (a branch, not an array indexed by the
-    // matrix: that array would live in local memory). Groups past the end map into matrix 2
-    // with no live rows.
-    let pick = |group: usize| {
-        if group < groups[0] {
-            (w0, s0, y0, rows0 as usize, group)
-        } else if group < groups[0] + groups[1] {
-            (w1, s1, y1, rows1 as usize, group - groups[0])
-        } else {
-            (
-                w2,
-                s2,
-                y2,
-                rows2 as usize,
-                group.saturating_sub(groups[0] + groups[1]),
-            )
-        }
-    };
-    let mut group = block_idx() as usize;
-    let (qs, scales, _, rows, g) = pick(group);
-    prefetch_rows::<P, F>(qs, scales, g * warps, warps, rows, nb);
+    let mats = [
+        (w0, s0, y0, rows0),
+        (w1, s1, y1, rows1),
+        (w2, s2, y2, rows2),
+    ]
+    .map(SplitOut::from);
+    let groups = |rows: u32| rows.div_ceil(P::MATVEC_WARPS);
+    let mut group = block_idx();
+    if let Some((m, g)) = pick_matrix(mats, groups, group) {
+        prefetch_rows::<P, F>(
+            m.qs,
+            m.scales,
+            g as usize * warps,
+            warps,
+            m.rows as usize,
+            nb,
+        );
+    }
     pdl_wait::<P>();
-    while group < groups[0] + groups[1] + groups[2] {
-        let (qs, scales, y, rows, g) = pick(group);
-        let row = g * warps + warp_id() as usize;
+    while let Some((m, g)) = pick_matrix(mats, groups, group) {
+        let (qs, scales, y, rows) = (m.qs, m.scales, m.y, m.rows as usize);
+        let row = g as usize * warps + warp_id() as usize;
         let w = [WeightRow {
             qs,
             scales,
@@ -328,7 +324,7 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
         if lane() == 0 && row < rows {
             unsafe { *y.add(t * rows + row) = s };
         }
-        group += grid_dim() as usize;
+        group += grid_dim();
     }
 }
 

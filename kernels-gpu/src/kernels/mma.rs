@@ -23,7 +23,7 @@
 //! minimum). Rows and tokens past the edge load the last valid one (finite data; their results
 //! are not stored).
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat, biased_f16x2};
+use crate::kernels::formats::{QK, SplitFormat, SplitOut, biased_f16x2, pick_matrix};
 use policies::{MmaShape, TargetPolicy};
 
 /// u32 words of one 16-byte activation plane (8 elements of each of `TILE_N` tokens), padded
@@ -81,20 +81,17 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     // The warp tile in fragments becomes const generics so accumulators and fragments are
     // fixed-size register arrays (`policies::check` admits exactly these).
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
-    // Row tiles are numbered across the matrices in turn; which matrix a block works on is a
-    // branch on its tile number (block-uniform), not an array indexed by it (that array would
-    // live in local memory).
-    let tiles = [rows0, rows1, rows2].map(|r| r.div_ceil(P::TILE_M));
-    let by = block_idx_y();
-    let (qs, scales, y, rows, tile_m) = if by < tiles[0] {
-        (w0, s0, y0, rows0, by)
-    } else if by < tiles[0] + tiles[1] {
-        (w1, s1, y1, rows1, by - tiles[0])
-    } else if by < tiles[0] + tiles[1] + tiles[2] {
-        (w2, s2, y2, rows2, by - tiles[0] - tiles[1])
-    } else {
+    // Row tiles are numbered across the matrices in turn (grid y).
+    let mats = [
+        (w0, s0, y0, rows0),
+        (w1, s1, y1, rows1),
+        (w2, s2, y2, rows2),
+    ]
+    .map(SplitOut::from);
+    let Some((m, tile_m)) = pick_matrix(mats, |r| r.div_ceil(P::TILE_M), block_idx_y()) else {
         return; // a grid larger than the tiles: the whole block leaves
     };
+    let (qs, scales, y, rows) = (m.qs, m.scales, m.y, m.rows);
     let a = Args {
         qs,
         scales,
