@@ -44,13 +44,19 @@ struct QCase {
 }
 
 /// Rows around the rows-per-block of every policy (4 and 8) and arbitrary counts up to 24;
-/// block counts from one (cols = 32) past one warp's worth (a lane takes a second block).
+/// block counts from one (cols = 32) past one warp's worth (a lane takes a second block), and
+/// rows of up to five 32-block steps per lane (a partial last one included), as model rows are.
 fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
     let rows = prop_oneof![
         prop::sample::select(vec![1u32, 3, 4, 5, 7, 8, 9, 16, 17]),
         1..=24u32
     ];
-    let blocks = prop_oneof![Just(1u32), 1..=12u32, 30..=40u32];
+    let blocks = prop_oneof![
+        Just(1u32),
+        1..=12u32,
+        30..=40u32,
+        prop::sample::select(vec![8u32, 64, 72, 136])
+    ];
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
     (rows, blocks, 1..=2u32, wave, seed()).prop_map(move |(rows, blocks, n, wave, seed)| QCase {
         fmt,
@@ -130,7 +136,9 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         BlockFormat::Q4_1 => names::kiln_matvec_q4_1,
         BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
     };
-    let all = dev.shapes().matvec(rows as u32, n as u32);
+    let all = dev
+        .shapes()
+        .matvec_resident(rows as u32, n as u32, u32::MAX / 64);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -290,7 +298,12 @@ fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
     (
         rows,
-        prop_oneof![Just(1u32), 1..=12u32, 30..=36u32],
+        prop_oneof![
+            Just(1u32),
+            1..=12u32,
+            30..=36u32,
+            prop::sample::select(vec![8u32, 64, 72, 136])
+        ],
         1..=2u32,
         wave,
         seed(),
