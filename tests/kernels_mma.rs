@@ -21,6 +21,8 @@ struct Case {
     acc: bool,
     /// The rows are split into this many matrices (1 to 3, at most `rows`), one launch over all.
     parts: u32,
+    /// The deep k-stage instantiation (`kiln_mma_deep_*`, `policies::DeepK`).
+    deep: bool,
     seed: u64,
 }
 
@@ -32,25 +34,46 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
-    (rows, blocks, n, any::<bool>(), 1..=3u32, seed()).prop_map(
-        move |(rows, blocks, n, acc, parts, seed)| Case {
+    (
+        rows,
+        blocks,
+        n,
+        any::<bool>(),
+        1..=3u32,
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(move |(rows, blocks, n, acc, parts, deep, seed)| Case {
             fmt,
             rows,
             blocks,
             n,
             acc,
             parts,
+            deep,
             seed,
-        },
-    )
+        })
 }
 
-fn entry(fmt: BlockFormat) -> (&'static str, u32) {
-    match fmt {
-        BlockFormat::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS as u32),
-        BlockFormat::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS as u32),
-        BlockFormat::Q8_0 => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS as u32),
-    }
+fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
+    let (wide, deep_name, words) = match fmt {
+        BlockFormat::Q4_0 => (
+            names::kiln_mma_q4_0,
+            names::kiln_mma_deep_q4_0,
+            formats::Q4_0::QS_WORDS,
+        ),
+        BlockFormat::Q4_1 => (
+            names::kiln_mma_q4_1,
+            names::kiln_mma_deep_q4_1,
+            formats::Q4_1::QS_WORDS,
+        ),
+        BlockFormat::Q8_0 => (
+            names::kiln_mma_q8_0,
+            names::kiln_mma_deep_q8_0,
+            formats::Q8_0::QS_WORDS,
+        ),
+    };
+    (if deep { deep_name } else { wide }, words as u32)
 }
 
 fn f16_round(v: f64) -> f64 {
@@ -90,7 +113,7 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     // Matrix m holds rows bounds[m]..bounds[m + 1] of the weights, with its own output.
     let parts = (c.parts as usize).min(rows);
     let bounds: Vec<usize> = (0..=parts).map(|m| rows * m / parts).collect();
-    let (mma, qs_words) = entry(c.fmt);
+    let (mma, qs_words) = entry(c.fmt, c.deep);
     let mut args = Vec::with_capacity(16);
     let mut outs = Vec::new();
     for m in 0..3 {
@@ -128,7 +151,11 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         Arg::U32(c.acc as u32),
     ]);
     let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
-    let dims = dev.shapes().mma(&part_rows, n as u32, qs_words);
+    let dims = if c.deep {
+        dev.shapes().mma_deep(&part_rows, n as u32, qs_words)
+    } else {
+        dev.shapes().mma(&part_rows, n as u32, qs_words)
+    };
     dev.launch(mma, dims, &args);
     // Reassembled as one `n × rows` output.
     let mut y = vec![0f32; n * rows];
@@ -224,6 +251,7 @@ fn gpu_mma_large() {
             n,
             acc: seed % 2 == 1,
             parts: 1 + (seed / 2 % 3) as u32,
+            deep: seed / 6 % 2 == 1,
             seed,
         });
     common::run_gpu("gpu_mma_large", 32, case, gemm);

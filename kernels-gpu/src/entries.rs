@@ -1,4 +1,6 @@
-//! The table of kernel entry points: one row per (kernel, format) instantiation.
+//! The table of kernel entry points: one row per (kernel, format) instantiation; a row with
+//! `<Wrapper>` after its body instantiates it for `policies::Wrapper<P>` instead of the policy
+//! `P` (the GEMM's deep k-stages, `policies::DeepK`).
 //!
 //! On the GPU each row becomes a `#[no_mangle] extern "ptx-kernel"` entry instantiated for the
 //! policy this module is built for (`--cfg kiln_target=...`, set by the build script). On the host
@@ -75,7 +77,9 @@ type P = policies::SparkGb10;
 macro_rules! kernel_table {
     (@waits_itself) => { false };
     (@waits_itself waits_itself) => { true };
-    ($( $name:ident = $($body:ident)::+ [$($fmt:ty),*] ( $($arg:ident : $ty:ty),* ) $($own:ident)?; )*) => {
+    (@policy $pol:ty) => { $pol };
+    (@policy $pol:ty, $wrap:ident) => { policies::$wrap<$pol> };
+    ($( $name:ident = $($body:ident)::+ $(<$wrap:ident>)? [$($fmt:ty),*] ( $($arg:ident : $ty:ty),* ) $($own:ident)?; )*) => {
         /// Entry names, one per row of the table.
         #[allow(non_upper_case_globals)]
         pub mod names {
@@ -111,7 +115,7 @@ macro_rules! kernel_table {
                             .ok_or(concat!(stringify!($name), ": argument ", stringify!($arg), " has the wrong kind"))?;
                     )*
                     crate::device::host::launch(dims, || unsafe {
-                        $($body)::+::<Pol $(, $fmt)*>($(<$ty as FromArg>::get($arg)),*)
+                        $($body)::+::<kernel_table!(@policy Pol $(, $wrap)?) $(, $fmt)*>($(<$ty as FromArg>::get($arg)),*)
                     });
                     return Ok(());
                 }
@@ -131,7 +135,7 @@ macro_rules! kernel_table {
                 if !kernel_table!(@waits_itself $($own)?) {
                     crate::device::pdl_wait::<P>();
                 }
-                unsafe { $($body)::+::<P $(, $fmt)*>($($arg),*) }
+                unsafe { $($body)::+::<kernel_table!(@policy P $(, $wrap)?) $(, $fmt)*>($($arg),*) }
             }
         )*
     };
@@ -154,6 +158,9 @@ kernel_table! {
     kiln_mma_q4_0 = mma::mma_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_q4_1 = mma::mma_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_q8_0 = mma::mma_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_deep_q4_0 = mma::mma_split <DeepK> [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_deep_q4_1 = mma::mma_split <DeepK> [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_deep_q8_0 = mma::mma_split <DeepK> [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);

@@ -96,6 +96,12 @@ pub trait TargetPolicy: 'static {
     const GEMM_WARP_N: u32;
     /// Shared-memory stages of the `cp.async` pipeline (loads run `STAGES - 1` tiles ahead).
     const STAGES: u32;
+    /// GEMM launches of at most this many blocks per SM take the deep k-stages below (the host
+    /// picks per launch, [`DeepK`]); 0: never.
+    const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32;
+    /// `TILE_K` and `STAGES` of the deep k-stage GEMM.
+    const GEMM_DEEP_TILE_K: u32;
+    const GEMM_DEEP_STAGES: u32;
     /// Fewest tokens for which the host picks the GEMM over the mat-vec. Below it the GEMM's
     /// grid (rows / TILE_M blocks) is too small to draw full bandwidth and most of its token
     /// columns are padding, while re-reading the weights once per token costs little.
@@ -117,6 +123,46 @@ pub trait TargetPolicy: 'static {
     /// split is one chunk while `tokens × chunks` fits; a long prefill over a large cache gets
     /// fewer, longer splits instead of a scratch that grows with both.
     const ATTN_MAX_PARTIALS: u32;
+}
+
+/// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`) as
+/// `TILE_K` and `STAGES`, everything else as `P`: the second GEMM instantiation, for long
+/// small launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer, longer stages pay.
+pub struct DeepK<P>(core::marker::PhantomData<P>);
+
+impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
+    const NAME: &'static str = P::NAME;
+    const MIN_CC: u32 = P::MIN_CC;
+    const PTX_TARGET: &'static str = P::PTX_TARGET;
+    const PTX_ISA: u32 = P::PTX_ISA;
+    const HAS_CP_ASYNC: bool = P::HAS_CP_ASYNC;
+    const HAS_LDMATRIX: bool = P::HAS_LDMATRIX;
+    const HAS_WGMMA: bool = P::HAS_WGMMA;
+    const HAS_TMA: bool = P::HAS_TMA;
+    const HAS_PDL: bool = P::HAS_PDL;
+    const MAX_SMEM_PER_BLOCK: u32 = P::MAX_SMEM_PER_BLOCK;
+    const MATVEC_WARPS: u32 = P::MATVEC_WARPS;
+    const MATVEC_ROWS_PER_WARP: u32 = P::MATVEC_ROWS_PER_WARP;
+    const MATVEC_BLOCKS_PER_SM: u32 = P::MATVEC_BLOCKS_PER_SM;
+    const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
+    const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
+    type Mma = P::Mma;
+    const TILE_M: u32 = P::TILE_M;
+    const TILE_N: u32 = P::TILE_N;
+    const TILE_K: u32 = P::GEMM_DEEP_TILE_K;
+    const GEMM_WARPS: u32 = P::GEMM_WARPS;
+    const GEMM_WARP_M: u32 = P::GEMM_WARP_M;
+    const GEMM_WARP_N: u32 = P::GEMM_WARP_N;
+    const STAGES: u32 = P::GEMM_DEEP_STAGES;
+    const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = P::GEMM_DEEP_MAX_BLOCKS_PER_SM;
+    const GEMM_DEEP_TILE_K: u32 = P::GEMM_DEEP_TILE_K;
+    const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
+    const GEMM_MIN_TOKENS: u32 = P::GEMM_MIN_TOKENS;
+    const ROW_THREADS: u32 = P::ROW_THREADS;
+    const ATTN_WARPS: u32 = P::ATTN_WARPS;
+    const ATTN_CHUNK: u32 = P::ATTN_CHUNK;
+    const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
+    const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
 }
 
 /// Rows of output one mat-vec block produces.
@@ -158,3 +204,6 @@ pub const fn check<P: TargetPolicy>() {
 const _: () = check::<Ampere>();
 const _: () = check::<Hopper>();
 const _: () = check::<SparkGb10>();
+const _: () = check::<DeepK<Ampere>>();
+const _: () = check::<DeepK<Hopper>>();
+const _: () = check::<DeepK<SparkGb10>>();

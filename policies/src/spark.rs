@@ -31,6 +31,10 @@ impl TargetPolicy for SparkGb10 {
     const GEMM_WARP_M: u32 = 32;
     const GEMM_WARP_N: u32 = 32;
     const STAGES: u32 = 2;
+    // No second GEMM configuration (0): the main one already takes 128-wide k-stages.
+    const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = 0;
+    const GEMM_DEEP_TILE_K: u32 = Self::TILE_K;
+    const GEMM_DEEP_STAGES: u32 = Self::STAGES;
     const GEMM_MIN_TOKENS: u32 = 8;
 
     const ROW_THREADS: u32 = 256;

@@ -82,6 +82,9 @@ pub struct Cuda {
     /// llama.cpp keeps them: decode reads one row per token over the bus (measured on an H200:
     /// same speed, 320–640 MiB less VRAM on 8B). `KILN_MAPPED_EMBEDDING=0` uploads them instead.
     mapped_tables: bool,
+    /// Small GEMM launches take the policy's deep k-stages (`GEMM_DEEP_MAX_BLOCKS_PER_SM`);
+    /// `KILN_GEMM_DEEP=0` keeps every launch on the main configuration (the A/B switch).
+    gemm_deep: bool,
 }
 
 impl Cuda {
@@ -90,6 +93,7 @@ impl Cuda {
         let mapped = std::env::var("KILN_MAPPED_EMBEDDING").map_or(true, |v| v != "0");
         Ok(Cuda {
             mapped_tables: mapped,
+            gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -120,6 +124,7 @@ impl Cuda {
             argmax_bufs: RefCell::default(),
             f32_activations: false,
             mapped_tables: true,
+            gemm_deep: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -381,10 +386,22 @@ impl Cuda {
         x: &CudaTensor,
         acc: bool,
     ) -> Result<()> {
-        let (k, qs_words) = match ty {
-            GgmlType::Q4_0 => (names::kiln_mma_q4_0, formats::Q4_0::QS_WORDS),
-            GgmlType::Q4_1 => (names::kiln_mma_q4_1, formats::Q4_1::QS_WORDS),
-            _ => (names::kiln_mma_q8_0, formats::Q8_0::QS_WORDS),
+        let (k, deep, qs_words) = match ty {
+            GgmlType::Q4_0 => (
+                names::kiln_mma_q4_0,
+                names::kiln_mma_deep_q4_0,
+                formats::Q4_0::QS_WORDS,
+            ),
+            GgmlType::Q4_1 => (
+                names::kiln_mma_q4_1,
+                names::kiln_mma_deep_q4_1,
+                formats::Q4_1::QS_WORDS,
+            ),
+            _ => (
+                names::kiln_mma_q8_0,
+                names::kiln_mma_deep_q8_0,
+                formats::Q8_0::QS_WORDS,
+            ),
         };
         ensure!(
             (1..=3).contains(&ws.len()),
@@ -416,7 +433,17 @@ impl Cuda {
             self.gpu.shapes().flat(pairs),
             &[x.arg(), h.arg(), Arg::U32(pairs)],
         )?;
-        let dims = self.gpu.shapes().mma(&rows, x.rows as u32, qs_words as u32);
+        // A launch of at most a block or so per SM takes the deep k-stages: half the barriers,
+        // which no second resident block would cover (`GEMM_DEEP_MAX_BLOCKS_PER_SM`).
+        let sh = self.gpu.shapes();
+        let dims = sh.mma(&rows, x.rows as u32, qs_words as u32);
+        let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
+        let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
+        let (k, dims) = if self.gemm_deep && blocks <= small {
+            (deep, sh.mma_deep(&rows, x.rows as u32, qs_words as u32))
+        } else {
+            (k, dims)
+        };
         args.extend([
             h.arg(),
             u32_arg(x.cols, "cols")?,

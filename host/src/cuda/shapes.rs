@@ -5,7 +5,7 @@
 //! `kernels_gpu::kernels::launch` for a fixed `P` lets the backend ask for shapes without being
 //! generic itself, while the numbers still come from the policy's constants.
 use kernels_gpu::kernels::launch::{self, Dims};
-use policies::{Ampere, Hopper, SparkGb10, TargetPolicy};
+use policies::{Ampere, DeepK, Hopper, SparkGb10, TargetPolicy};
 use std::marker::PhantomData;
 
 pub trait LaunchShapes: Send + Sync {
@@ -29,6 +29,11 @@ pub trait LaunchShapes: Send + Sync {
     /// Quantized GEMM over up to three matrices (`rows` each) with `qs_words` u32 of quants
     /// per block.
     fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims;
+    /// The same GEMM with the policy's deep k-stages (`policies::DeepK`, the `kiln_mma_deep_*`
+    /// entries).
+    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims;
+    /// Most blocks per SM of a GEMM launch that takes the deep k-stages (0: never).
+    fn gemm_deep_max_blocks_per_sm(&self) -> u32;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
     fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
@@ -90,6 +95,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims {
         launch::mma::<P>(rows, n, qs_words)
+    }
+    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims {
+        launch::mma::<DeepK<P>>(rows, n, qs_words)
+    }
+    fn gemm_deep_max_blocks_per_sm(&self) -> u32 {
+        P::GEMM_DEEP_MAX_BLOCKS_PER_SM
     }
     fn gemm_min_tokens(&self) -> u32 {
         P::GEMM_MIN_TOKENS
