@@ -126,8 +126,8 @@ pub trait TargetPolicy: 'static {
 }
 
 /// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`) as
-/// `TILE_K` and `STAGES`, everything else as `P`: the second GEMM instantiation, for long
-/// small launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer, longer stages pay.
+/// `TILE_K` and `STAGES`, everything else as `P`: the second GEMM instantiation, for small
+/// launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer, longer stages pay.
 pub struct DeepK<P>(core::marker::PhantomData<P>);
 
 impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
