@@ -433,8 +433,8 @@ impl Cuda {
             self.gpu.shapes().flat(pairs),
             &[x.arg(), h.arg(), Arg::U32(pairs)],
         )?;
-        // A launch of at most a block or so per SM takes the deep k-stages: half the barriers,
-        // which no second resident block would cover (`GEMM_DEEP_MAX_BLOCKS_PER_SM`).
+        // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
+        // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
         let dims = sh.mma(&rows, x.rows as u32, qs_words as u32);
         let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
