@@ -40,6 +40,8 @@ struct QCase {
     /// Launch at most this many blocks along x (a resident wave, as `launch::matvec_resident`
     /// sizes it on a GPU with few SMs): the kernel must stride over the other row groups.
     wave: Option<u32>,
+    /// The wide instantiation (`kiln_matvec_wide_*`: the policy's wide rows per warp).
+    wide: bool,
     seed: u64,
 }
 
@@ -58,14 +60,17 @@ fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
         prop::sample::select(vec![8u32, 64, 72, 136])
     ];
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
-    (rows, blocks, 1..=2u32, wave, seed()).prop_map(move |(rows, blocks, n, wave, seed)| QCase {
-        fmt,
-        rows,
-        blocks,
-        n,
-        wave,
-        seed,
-    })
+    (rows, blocks, 1..=2u32, wave, any::<bool>(), seed()).prop_map(
+        move |(rows, blocks, n, wave, wide, seed)| QCase {
+            fmt,
+            rows,
+            blocks,
+            n,
+            wave,
+            wide,
+            seed,
+        },
+    )
 }
 
 /// Quantize `x` (`n × cols`) with the kernel and check every block against the Q8_1
@@ -131,14 +136,19 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
     let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
-    let entry = match c.fmt {
-        BlockFormat::Q4_0 => names::kiln_matvec_q4_0,
-        BlockFormat::Q4_1 => names::kiln_matvec_q4_1,
-        BlockFormat::Q8_0 => names::kiln_matvec_q8_0,
+    let entry = match (c.fmt, c.wide) {
+        (BlockFormat::Q4_0, false) => names::kiln_matvec_q4_0,
+        (BlockFormat::Q4_1, false) => names::kiln_matvec_q4_1,
+        (BlockFormat::Q8_0, false) => names::kiln_matvec_q8_0,
+        (BlockFormat::Q4_0, true) => names::kiln_matvec_wide_q4_0,
+        (BlockFormat::Q4_1, true) => names::kiln_matvec_wide_q4_1,
+        (BlockFormat::Q8_0, true) => names::kiln_matvec_wide_q8_0,
     };
-    let all = dev
-        .shapes()
-        .matvec_resident(rows as u32, n as u32, u32::MAX / 64);
+    let (sh, r) = (dev.shapes(), rows as u32);
+    let all = match c.wide {
+        true => sh.matvec_wide_resident(r, n as u32, u32::MAX / 64),
+        false => sh.matvec_resident(r, n as u32, u32::MAX / 64),
+    };
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -290,6 +300,8 @@ struct FusedCase {
     blocks: u32,
     n: u32,
     wave: Option<u32>,
+    /// q/k/v through the wide instantiation (`kiln_matvec3_wide_*`).
+    wide: bool,
     seed: u64,
 }
 
@@ -306,14 +318,16 @@ fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
         ],
         1..=2u32,
         wave,
+        any::<bool>(),
         seed(),
     )
-        .prop_map(move |((a, b, c), blocks, n, wave, seed)| FusedCase {
+        .prop_map(move |((a, b, c), blocks, n, wave, wide, seed)| FusedCase {
             fmt,
             rows: [a, b, c],
             blocks,
             n,
             wave,
+            wide,
             seed,
         })
 }
@@ -357,21 +371,32 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         mats.push((gguf, qs_b, sc_b, y_b, rows));
     }
     args.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
-    let all = dev.shapes().matvec_multi(&c.rows, n as u32, u32::MAX / 64);
+    let (sh, many) = (dev.shapes(), u32::MAX / 64);
+    let (all, k) = match c.wide {
+        false => (
+            sh.matvec_multi(&c.rows, n as u32, many),
+            entry(
+                c.fmt,
+                names::kiln_matvec3_q4_0,
+                names::kiln_matvec3_q4_1,
+                names::kiln_matvec3_q8_0,
+            ),
+        ),
+        true => (
+            sh.matvec_wide_multi(&c.rows, n as u32, many),
+            entry(
+                c.fmt,
+                names::kiln_matvec3_wide_q4_0,
+                names::kiln_matvec3_wide_q4_1,
+                names::kiln_matvec3_wide_q8_0,
+            ),
+        ),
+    };
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
     };
-    dev.launch(
-        entry(
-            c.fmt,
-            names::kiln_matvec3_q4_0,
-            names::kiln_matvec3_q4_1,
-            names::kiln_matvec3_q8_0,
-        ),
-        dims,
-        &args,
-    );
+    dev.launch(k, dims, &args);
     let mut exact = Vec::new();
     for (m, (gguf, _, _, y_b, rows)) in mats.iter().enumerate() {
         let y = download::<f32>(dev, y_b);
@@ -514,16 +539,24 @@ fn gpu_matvec_large() {
         BlockFormat::Q8_0,
     ]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
-    let case = (formats, length(5000), 1..=256u32, 1..=2u32, wave, seed()).prop_map(
-        |(fmt, rows, blocks, n, wave, seed)| QCase {
+    let case = (
+        formats,
+        length(5000),
+        1..=256u32,
+        1..=2u32,
+        wave,
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(|(fmt, rows, blocks, n, wave, wide, seed)| QCase {
             fmt,
             rows,
             blocks,
             n,
             wave,
+            wide,
             seed,
-        },
-    );
+        });
     common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);
 }
 

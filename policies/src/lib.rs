@@ -77,6 +77,12 @@ pub trait TargetPolicy: 'static {
     const MATVEC_BLOCKS_PER_SM: u32;
     /// 32-element blocks per row each lane loads before it computes (memory-level parallelism).
     const MATVEC_BLOCKS_IN_FLIGHT: u32;
+    /// Rows per warp of the wide split mat-vec (`kiln_matvec_wide_*`), which the host picks for
+    /// launches whose wide row groups still give every SM at least
+    /// `MATVEC_WIDE_MIN_BLOCKS_PER_SM` blocks (0: never): each activation block a lane loads
+    /// feeds that many rows, and each lane keeps that many rows' blocks in flight.
+    const MATVEC_WIDE_ROWS_PER_WARP: u32;
+    const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -145,6 +151,8 @@ impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
     const MATVEC_ROWS_PER_WARP: u32 = P::MATVEC_ROWS_PER_WARP;
     const MATVEC_BLOCKS_PER_SM: u32 = P::MATVEC_BLOCKS_PER_SM;
     const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
+    const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
+    const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
     const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
     type Mma = P::Mma;
     const TILE_M: u32 = P::TILE_M;
@@ -199,6 +207,7 @@ pub const fn check<P: TargetPolicy>() {
     assert!(P::GEMM_MIN_TOKENS >= 2);
     assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
     assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));
+    assert!(matches!(P::MATVEC_WIDE_ROWS_PER_WARP, 1 | 2 | 4));
 }
 
 const _: () = check::<Ampere>();

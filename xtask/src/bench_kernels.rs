@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
+use kernels_gpu::kernels::launch::Dims;
 use kiln_host::cuda::{Arg, DBuf, Gpu};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
@@ -140,19 +141,19 @@ fn bench_matvec<F: SplitFormat>(
         sh.quantize_q8_1(cols as u32, 1),
         &[xd.arg(), xq.arg(), xds.arg(), Arg::U32(cols as u32)],
     )?;
-    let mut dims = sh.matvec_resident(rows as u32, 1, gpu.sm_count());
+    let (kernel, mut dims, groups) = matvec_launch::<F>(gpu, rows as u32, 1);
     // Sweep hook: KILN_MATVEC_BLOCKS_PER_SM overrides the policy's resident wave (the kernel
     // grid-strides, so any grid is correct).
     if let Some(b) = std::env::var("KILN_MATVEC_BLOCKS_PER_SM")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {
-        dims.grid_x = sh.matvec(rows as u32, 1).grid_x.min(b * gpu.sm_count());
+        dims.grid_x = groups.min(b * gpu.sm_count());
     }
     let launch = |k: usize| {
         let k = k % w.qs.len();
         gpu.launch(
-            kernel_name::<F>(),
+            kernel,
             dims,
             &[
                 w.qs[k].arg(),
@@ -299,7 +300,7 @@ fn bench_gemm<F: SplitFormat>(
         20 => names::kiln_mma_q4_1,
         _ => names::kiln_mma_q8_0,
     };
-    let matvec = kernel_name::<F>();
+    let (matvec, mv_dims, _) = matvec_launch::<F>(gpu, r32, t32);
     let gemm_dims = sh.mma(&[r32], t32, F::QS_WORDS as u32);
     gpu.launch(gemm, gemm_dims, &gemm_args)?;
     gpu.synchronize()?;
@@ -349,7 +350,6 @@ fn bench_gemm<F: SplitFormat>(
         Ok((percentile(&mut t, 0.5), percentile(&mut t, 0.95)))
     };
     let (median, p95) = time(&|| gpu.launch(gemm, gemm_dims, &gemm_args))?;
-    let mv_dims = sh.matvec_resident(r32, t32, gpu.sm_count());
     let (matvec_us, _) = time(&|| gpu.launch(matvec, mv_dims, &args))?;
     Ok(GemmCase {
         kernel: label.into(),
@@ -365,12 +365,28 @@ fn bench_gemm<F: SplitFormat>(
     })
 }
 
-fn kernel_name<F: SplitFormat>() -> &'static str {
-    match F::GGUF_BYTES {
-        18 => names::kiln_matvec_q4_0,
-        20 => names::kiln_matvec_q4_1,
-        _ => names::kiln_matvec_q8_0,
-    }
+/// The split mat-vec entry and launch the backend takes for `rows` outputs of `n` tokens (the
+/// wide instantiation where `matvec_takes_wide`; no `KILN_MATVEC_WIDE` switch here), and its
+/// number of row groups (the grid without the one-wave cap).
+fn matvec_launch<F: SplitFormat>(gpu: &Gpu, rows: u32, n: u32) -> (&'static str, Dims, u32) {
+    let (sh, sms) = (gpu.shapes(), gpu.sm_count());
+    let wide = sh.matvec_takes_wide(rows, sms);
+    let k = match (F::GGUF_BYTES, wide) {
+        (18, false) => names::kiln_matvec_q4_0,
+        (20, false) => names::kiln_matvec_q4_1,
+        (_, false) => names::kiln_matvec_q8_0,
+        (18, true) => names::kiln_matvec_wide_q4_0,
+        (20, true) => names::kiln_matvec_wide_q4_1,
+        (_, true) => names::kiln_matvec_wide_q8_0,
+    };
+    let (dims, groups) = match wide {
+        true => (
+            sh.matvec_wide_resident(rows, n, sms),
+            sh.matvec_wide_resident(rows, n, u32::MAX / 64).grid_x,
+        ),
+        false => (sh.matvec_resident(rows, n, sms), sh.matvec(rows, n).grid_x),
+    };
+    (k, gpu.one_wave(k, dims), groups)
 }
 
 pub fn run(a: Args) -> Result<()> {

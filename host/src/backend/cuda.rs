@@ -85,6 +85,11 @@ pub struct Cuda {
     /// Small GEMM launches take the policy's deep k-stages (`GEMM_DEEP_MAX_BLOCKS_PER_SM`);
     /// `KILN_GEMM_DEEP=0` keeps every launch on the main configuration (the A/B switch).
     gemm_deep: bool,
+    /// Mat-vecs with rows to spare take the wide instantiation (`MATVEC_WIDE_ROWS_PER_WARP`);
+    /// `KILN_MATVEC_WIDE=0` keeps them at one row per warp (the A/B switch).
+    matvec_wide: bool,
+    /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
+    matvec3_wide: bool,
 }
 
 impl Cuda {
@@ -94,6 +99,8 @@ impl Cuda {
         Ok(Cuda {
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
+            matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
+            matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -125,6 +132,8 @@ impl Cuda {
             f32_activations: false,
             mapped_tables: true,
             gemm_deep: true,
+            matvec_wide: true,
+            matvec3_wide: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -341,18 +350,22 @@ impl Cuda {
         y: Arg,
         acc: bool,
     ) -> Result<()> {
-        let k = match ty {
-            GgmlType::Q4_0 => names::kiln_matvec_q4_0,
-            GgmlType::Q4_1 => names::kiln_matvec_q4_1,
-            _ => names::kiln_matvec_q8_0,
-        };
-        let dims = self.gpu.one_wave(
-            k,
-            self.gpu
-                .shapes()
-                .matvec_resident(w.rows as u32, n, self.gpu.sm_count()),
-        );
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
+        let (sh, sms, r) = (self.gpu.shapes(), self.gpu.sm_count(), w.rows as u32);
+        let wide = self.matvec_wide && sh.matvec_takes_wide(r, sms);
+        let k = match (ty, wide) {
+            (GgmlType::Q4_0, false) => names::kiln_matvec_q4_0,
+            (GgmlType::Q4_1, false) => names::kiln_matvec_q4_1,
+            (_, false) => names::kiln_matvec_q8_0,
+            (GgmlType::Q4_0, true) => names::kiln_matvec_wide_q4_0,
+            (GgmlType::Q4_1, true) => names::kiln_matvec_wide_q4_1,
+            (_, true) => names::kiln_matvec_wide_q8_0,
+        };
+        let dims = match wide {
+            true => sh.matvec_wide_resident(r, n, sms),
+            false => sh.matvec_resident(r, n, sms),
+        };
+        let dims = self.gpu.one_wave(k, dims);
         self.gpu.launch(
             k,
             dims,
@@ -1192,17 +1205,22 @@ impl Backend for Cuda {
             }
         }
         let rows: Vec<u32> = ws.iter().map(|w| w.rows as u32).collect();
-        let k = match ty {
-            GgmlType::Q4_0 => names::kiln_matvec3_q4_0,
-            GgmlType::Q4_1 => names::kiln_matvec3_q4_1,
-            _ => names::kiln_matvec3_q8_0,
+        let (sh, sms, n) = (self.gpu.shapes(), self.gpu.sm_count(), x.rows as u32);
+        // Wide when all rows together would take the wide single-matrix mat-vec.
+        let wide = self.matvec3_wide && sh.matvec_takes_wide(rows.iter().sum(), sms);
+        let k = match (ty, wide) {
+            (GgmlType::Q4_0, false) => names::kiln_matvec3_q4_0,
+            (GgmlType::Q4_1, false) => names::kiln_matvec3_q4_1,
+            (_, false) => names::kiln_matvec3_q8_0,
+            (GgmlType::Q4_0, true) => names::kiln_matvec3_wide_q4_0,
+            (GgmlType::Q4_1, true) => names::kiln_matvec3_wide_q4_1,
+            (_, true) => names::kiln_matvec3_wide_q8_0,
         };
-        let dims = self.gpu.one_wave(
-            k,
-            self.gpu
-                .shapes()
-                .matvec_multi(&rows, x.rows as u32, self.gpu.sm_count()),
-        );
+        let dims = match wide {
+            true => sh.matvec_wide_multi(&rows, n, sms),
+            false => sh.matvec_multi(&rows, n, sms),
+        };
+        let dims = self.gpu.one_wave(k, dims);
         self.with_q8(x, |xq, xds| {
             args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
             self.gpu.launch(k, dims, &args)

@@ -68,21 +68,15 @@ pub trait SplitFormat: 'static {
     /// Bytes of the GGUF block this comes from.
     const GGUF_BYTES: usize;
 
-    /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used) with one activation
+    /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used; `scale_bits` from
+    /// [`scale_bits`](Self::scale_bits)) with one activation
     /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq): the exact integer dot of
     /// [`codes4`](Self::codes4) with `xq`, then [`scale_dot`](Self::scale_dot).
     #[inline(always)]
-    fn block_dot(
-        acc: f32,
-        qs: &[u32; 8],
-        scale: *const u8,
-        xq: &[u32; 8],
-        xd: f32,
-        xs: f32,
-    ) -> f32 {
+    fn block_dot(acc: f32, qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
         Self::scale_dot(
             acc,
-            Self::scales(scale),
+            Self::scales(scale_bits),
             Self::int_dot(qs, xq) as f32,
             xd,
             xs,
@@ -92,8 +86,20 @@ pub trait SplitFormat: 'static {
     /// Σ codes·xq over one block, exact (`dp4a`).
     fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32;
 
-    /// The block's scale data as f32: `[d, m]` (`m` = 0 for formats without one).
-    fn scales(scale: *const u8) -> [f32; 2];
+    /// The block's scale data (`SCALE_BYTES` at `scale`, little-endian) in one aligned load.
+    /// The mat-vec issues it together with the block's quants, so its latency overlaps theirs
+    /// (loaded where it is used, it would be a second round trip after them).
+    #[inline(always)]
+    fn scale_bits(scale: *const u8) -> u32 {
+        if Self::SCALE_BYTES == 4 {
+            unsafe { (scale as *const u32).read() }
+        } else {
+            unsafe { (scale as *const u16).read() as u32 }
+        }
+    }
+
+    /// [`scale_bits`](Self::scale_bits) as f32: `[d, m]` (`m` = 0 for formats without one).
+    fn scales(bits: u32) -> [f32; 2];
 
     /// `acc` plus the float part of a block dot, from the exact integer dot `dot` of the codes
     /// with the activation codes (as f32: |dot| ≤ 32·128² is exact). The mat-vec and the GEMM
@@ -216,8 +222,8 @@ impl SplitFormat for Q4_0 {
         nibble_dot(qs, xq) - 8 * sum_x
     }
     #[inline(always)]
-    fn scales(scale: *const u8) -> [f32; 2] {
-        [half_at(scale), 0.0]
+    fn scales(bits: u32) -> [f32; 2] {
+        [f16_to_f32(bits as u16), 0.0]
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
@@ -263,8 +269,8 @@ impl SplitFormat for Q4_1 {
         nibble_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(scale: *const u8) -> [f32; 2] {
-        [half_at(scale), half_at(unsafe { scale.add(2) })]
+    fn scales(bits: u32) -> [f32; 2] {
+        [f16_to_f32(bits as u16), f16_to_f32((bits >> 16) as u16)]
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
@@ -315,8 +321,8 @@ impl SplitFormat for Q8_0 {
         s
     }
     #[inline(always)]
-    fn scales(scale: *const u8) -> [f32; 2] {
-        [half_at(scale), 0.0]
+    fn scales(bits: u32) -> [f32; 2] {
+        [f16_to_f32(bits as u16), 0.0]
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {

@@ -40,6 +40,39 @@ pub const fn matvec_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Di
     }
 }
 
+/// Whether a split mat-vec of `rows` takes the wide instantiation (`matvec_split_wide`) on
+/// `sms` multiprocessors: its row groups of `MATVEC_WIDE_ROWS_PER_WARP` rows per warp still
+/// give every SM `MATVEC_WIDE_MIN_BLOCKS_PER_SM` blocks (never when that is 0).
+pub const fn matvec_takes_wide<P: TargetPolicy>(rows: u32, sms: u32) -> bool {
+    let groups = div_ceil(rows, P::MATVEC_WARPS * P::MATVEC_WIDE_ROWS_PER_WARP) as u64;
+    P::MATVEC_WIDE_MIN_BLOCKS_PER_SM > 0
+        && groups >= sms as u64 * P::MATVEC_WIDE_MIN_BLOCKS_PER_SM as u64
+}
+
+/// [`matvec_resident`] for the wide instantiation: row groups of `MATVEC_WARPS ×
+/// MATVEC_WIDE_ROWS_PER_WARP` rows.
+pub const fn matvec_wide_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Dims {
+    let wave = sms * P::MATVEC_BLOCKS_PER_SM;
+    let groups = div_ceil(rows, P::MATVEC_WARPS * P::MATVEC_WIDE_ROWS_PER_WARP);
+    Dims {
+        grid_x: if groups < wave { groups } else { wave },
+        grid_y: n,
+        block: P::MATVEC_WARPS * WARP,
+        shared_bytes: 0,
+    }
+}
+
+/// [`matvec_groups`] for the wide multi-matrix mat-vec (`matvec3_split_wide`) over matrices
+/// of `rows` each: row groups of `MATVEC_WARPS × MATVEC_WIDE_ROWS_PER_WARP` rows per matrix.
+pub const fn matvec_wide_groups<P: TargetPolicy>(rows: &[u32], n: u32, sms: u32) -> Dims {
+    let (mut groups, mut m) = (0, 0);
+    while m < rows.len() {
+        groups += div_ceil(rows[m], P::MATVEC_WARPS * P::MATVEC_WIDE_ROWS_PER_WARP);
+        m += 1;
+    }
+    matvec_groups::<P>(groups, n, sms)
+}
+
 /// The one-row-per-warp mat-vecs over several matrices (`matvec3_split`, `matvec_swiglu_split`):
 /// `groups` = Σ over the matrices of ⌈rows / MATVEC_WARPS⌉, at most one resident wave.
 pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Dims {

@@ -89,11 +89,58 @@ pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
     acc: u32,
 ) {
-    // Rows per warp and blocks in flight become const generics so the accumulators and the
-    // loaded blocks are fixed-size register arrays (a run-time bound would spill them to local
-    // memory).
     unsafe {
-        match P::MATVEC_ROWS_PER_WARP {
+        split_rows::<P, F>(
+            P::MATVEC_ROWS_PER_WARP,
+            qs,
+            scales,
+            xq,
+            xds,
+            y,
+            rows,
+            cols,
+            acc,
+        )
+    }
+}
+
+/// [`matvec_split`] with `P::MATVEC_WIDE_ROWS_PER_WARP` rows per warp, for launches with rows
+/// to spare (`launch::matvec_takes_wide`). Launch: [`launch::matvec_wide_resident`].
+///
+/// [`launch::matvec_wide_resident`]: crate::kernels::launch::matvec_wide_resident
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matvec_split_wide<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+    acc: u32,
+) {
+    let r = P::MATVEC_WIDE_ROWS_PER_WARP;
+    unsafe { split_rows::<P, F>(r, qs, scales, xq, xds, y, rows, cols, acc) }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn split_rows<P: TargetPolicy, F: SplitFormat>(
+    rows_per_warp: u32,
+    qs: *const u32,
+    scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+    acc: u32,
+) {
+    // Rows per warp (a policy constant at every call) and blocks in flight become const
+    // generics so the accumulators and the loaded blocks are fixed-size register arrays (a
+    // run-time bound would spill them to local memory).
+    unsafe {
+        match rows_per_warp {
             1 => split_unrolled::<P, F, 1>(qs, scales, xq, xds, y, rows, cols, acc),
             2 => split_unrolled::<P, F, 2>(qs, scales, xq, xds, y, rows, cols, acc),
             _ => split_unrolled::<P, F, 4>(qs, scales, xq, xds, y, rows, cols, acc),
@@ -213,6 +260,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         let mut xw = [[0u32; 8]; U];
         let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
+        let mut ws = [[0u32; U]; R];
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
@@ -222,9 +270,10 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
                 xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
                 unroll::<R>(|r| {
                     if w[r].live {
-                        wq[r][u] = unsafe {
-                            load_block_quants::<F>(w[r].qs.add((w[r].row * nb + b) * F::QS_WORDS))
-                        };
+                        let blk = w[r].row * nb + b;
+                        wq[r][u] =
+                            unsafe { load_block_quants::<F>(w[r].qs.add(blk * F::QS_WORDS)) };
+                        ws[r][u] = F::scale_bits(w[r].scales.wrapping_add(blk * F::SCALE_BYTES));
                     }
                 });
             }
@@ -234,8 +283,8 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
             if b < nb {
                 unroll::<R>(|r| {
                     if w[r].live {
-                        let sc = unsafe { w[r].scales.add((w[r].row * nb + b) * F::SCALE_BYTES) };
-                        acc[r] = F::block_dot(acc[r], &wq[r][u], sc, &xw[u], xd[u].0, xd[u].1);
+                        acc[r] =
+                            F::block_dot(acc[r], &wq[r][u], ws[r][u], &xw[u], xd[u].0, xd[u].1);
                     }
                 });
             }
@@ -265,10 +314,10 @@ unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
 /// Up to three mat-vecs over the same quantized activations in one launch (e.g. the q, k and v
 /// projections): `y_m = x · W_mᵀ` for each matrix `m` with `rows_m > 0` (all `cols` wide). A
 /// warp owns one row; blocks stride over the row groups of all matrices in turn. Launch:
-/// [`launch::matvec_resident`] over `rows_0 + rows_1 + rows_2` rows (one row per warp, so the
+/// [`launch::matvec_groups`] over Σ ⌈rows_m / MATVEC_WARPS⌉ groups (one row per warp, so the
 /// policy's rows-per-warp is not used here).
 ///
-/// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
+/// [`launch::matvec_groups`]: crate::kernels::launch::matvec_groups
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     w0: *const u32,
@@ -287,42 +336,86 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     xds: *const f32,
     cols: u32,
 ) {
-    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
-    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
-    let warps = P::MATVEC_WARPS as usize;
-    // Groups of `warps` rows, numbered across the three matrices; the matrix a group belongs
-    // to is block-uniform, so the whole block takes the same branch.
     let mats = [
         (w0, s0, y0, rows0),
         (w1, s1, y1, rows1),
         (w2, s2, y2, rows2),
     ]
     .map(SplitOut::from);
-    let groups = |rows: u32| rows.div_ceil(P::MATVEC_WARPS);
+    unsafe { matvec3_rows::<P, F, 1>(mats, xq, xds, cols) }
+}
+
+/// [`matvec3_split`] with `P::MATVEC_WIDE_ROWS_PER_WARP` rows per warp (`R` consecutive rows
+/// of one matrix). Launch: [`launch::matvec_wide_groups`] over the three row counts.
+///
+/// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
+    w0: *const u32,
+    s0: *const u8,
+    y0: *mut f32,
+    rows0: u32,
+    w1: *const u32,
+    s1: *const u8,
+    y1: *mut f32,
+    rows1: u32,
+    w2: *const u32,
+    s2: *const u8,
+    y2: *mut f32,
+    rows2: u32,
+    xq: *const u32,
+    xds: *const f32,
+    cols: u32,
+) {
+    let mats = [
+        (w0, s0, y0, rows0),
+        (w1, s1, y1, rows1),
+        (w2, s2, y2, rows2),
+    ]
+    .map(SplitOut::from);
+    unsafe {
+        match P::MATVEC_WIDE_ROWS_PER_WARP {
+            1 => matvec3_rows::<P, F, 1>(mats, xq, xds, cols),
+            2 => matvec3_rows::<P, F, 2>(mats, xq, xds, cols),
+            _ => matvec3_rows::<P, F, 4>(mats, xq, xds, cols),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
+    mats: [SplitOut; 3],
+    xq: *const u32,
+    xds: *const f32,
+    cols: u32,
+) {
+    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let warps = P::MATVEC_WARPS as usize;
+    // Groups of `warps · R` rows, numbered across the three matrices; the matrix a group
+    // belongs to is block-uniform, so the whole block takes the same branch.
+    let group_rows = warps * R;
+    let groups = |rows: u32| rows.div_ceil(group_rows as u32);
     let mut group = block_idx();
     if let Some((m, g)) = pick_matrix(mats, groups, group) {
-        prefetch_rows::<P, F>(
-            m.qs,
-            m.scales,
-            g as usize * warps,
-            warps,
-            m.rows as usize,
-            nb,
-        );
+        let (row0, rows) = (g as usize * group_rows, m.rows as usize);
+        prefetch_rows::<P, F>(m.qs, m.scales, row0, group_rows, rows, nb);
     }
     pdl_wait::<P>();
     while let Some((m, g)) = pick_matrix(mats, groups, group) {
-        let (qs, scales, y, rows) = (m.qs, m.scales, m.y, m.rows as usize);
-        let row = g as usize * warps + warp_id() as usize;
-        let w = [WeightRow {
-            qs,
-            scales,
-            row,
-            live: row < rows,
-        }];
-        let [s] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, x, nb) };
-        if lane() == 0 && row < rows {
-            unsafe { *y.add(t * rows + row) = s };
+        let (y, rows) = (m.y, m.rows as usize);
+        let row0 = (g as usize * warps + warp_id() as usize) * R;
+        let w = core::array::from_fn(|r| WeightRow {
+            qs: m.qs,
+            scales: m.scales,
+            row: row0 + r,
+            live: row0 + r < rows,
+        });
+        let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, x, nb) };
+        for (r, s) in dots.iter().enumerate() {
+            if lane() == 0 && w[r].live {
+                unsafe { *y.add(t * rows + row0 + r) = *s };
+            }
         }
         group += grid_dim();
     }
