@@ -12,20 +12,7 @@ use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
 use proptest::prelude::*;
 
-/// Norm-wise error of `y` against the float64 `want`, relative to `mag` (each output's Σ|terms|),
-/// not to `want`: a sum of random terms can cancel far below them, and f32 rounding is relative
-/// to the terms.
-fn err_vs_magnitude(y: &[f32], want: &[f64], mag: &[f64]) -> f64 {
-    let num: f64 = y
-        .iter()
-        .zip(want)
-        .map(|(&o, w)| (o as f64 - w).powi(2))
-        .sum();
-    let den: f64 = mag.iter().map(|a| a * a).sum();
-    (num / den.max(1e-300)).sqrt()
-}
-
-/// Σ|w·x| per output of [`r::matvec`]: the magnitudes [`err_vs_magnitude`] measures against.
+/// Σ|w·x| per output of [`r::matvec`]: the magnitudes [`r::err_vs_magnitude`] measures against.
 fn matvec_abs(w: &[f64], x: &[f64], rows: usize, cols: usize, n: usize) -> Vec<f64> {
     let abs = |v: &[f64]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
     r::matvec(&abs(w), &abs(x), rows, cols, n)
@@ -191,7 +178,7 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     let exact = r::matvec_q8_1(c.fmt, &gguf, rows, cols, &xq, &xds);
     // f32 sums over blocks that may cancel: bounded relative to the sum of |block dots|.
     let abs = r::matvec_q8_1_abs(c.fmt, &gguf, rows, cols, &xq, &xds);
-    let err = err_vs_magnitude(&y, &exact, &abs);
+    let err = r::err_vs_magnitude(&y, &exact, &abs);
     check_err(dev, "vs exact Q8_1 activations", err, 1e-5)?;
 
     // Against the raw activations, bounded by what Q8_1 may lose, from x alone: each element
@@ -288,7 +275,7 @@ fn matvec_f16(dev: &mut dyn Device, c: &F16Case) -> Result<(), TestCaseError> {
     // Relative to Σ|w·x|, not to the result: a short row of random terms can cancel to a value
     // far below its terms, and f32 rounding of the terms (FMA or not) is relative to them.
     let mag = matvec_abs(&wv, &xv, rows, cols, n);
-    let err = err_vs_magnitude(&y, &want, &mag);
+    let err = r::err_vs_magnitude(&y, &want, &mag);
     check_err(dev, "matvec_f16", err, 1e-5)
 }
 
@@ -404,7 +391,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         let want = r::matvec_q8_1(c.fmt, gguf, *rows, cols, &xq, &xds);
         // f32 sums over blocks that may cancel: bounded relative to the sum of |block dots|.
         let abs = r::matvec_q8_1_abs(c.fmt, gguf, *rows, cols, &xq, &xds);
-        let err = err_vs_magnitude(&y, &want, &abs);
+        let err = r::err_vs_magnitude(&y, &want, &abs);
         check_err(dev, &format!("matvec3 matrix {m}"), err, 1e-5)?;
         exact.push(want);
     }
@@ -513,7 +500,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
     // f32 sums of up to 1280 products: bounded relative to Σ|w·x|, not to the (possibly
     // cancelling) result.
     let abs = matvec_abs(&w, &r::widen(&x), rows, cols, n);
-    let err = err_vs_magnitude(&y, &want, &abs);
+    let err = r::err_vs_magnitude(&y, &want, &abs);
     check_err(dev, "matvec_f32x", err, 1e-5)
 }
 

@@ -183,7 +183,8 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
             .chain([n * rows - 1])
             .collect()
     };
-    let (mut got, mut exact) = (
+    let (mut got, mut exact, mut mag) = (
+        Vec::with_capacity(picked.len()),
         Vec::with_capacity(picked.len()),
         Vec::with_capacity(picked.len()),
     );
@@ -191,14 +192,17 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         let (t, row) = (i / rows, i % rows);
         {
             let (wr, xr) = (row * cols..(row + 1) * cols, t * cols..(t + 1) * cols);
-            let (mut s16, mut abs16, mut s) = (0f64, 0f64, 0f64);
+            let (mut s16, mut abs16, mut s, mut abs) = (0f64, 0f64, 0f64, 0f64);
             for (k, (&a, &b)) in w16[wr.clone()].iter().zip(&x16[xr.clone()]).enumerate() {
                 s16 += a * b;
                 abs16 += (a * b).abs();
-                s += w[wr.start + k] * x[xr.start + k] as f64;
+                let term = w[wr.start + k] * x[xr.start + k] as f64;
+                s += term;
+                abs += term.abs();
             }
             got.push(y[i]);
             exact.push(y0[i] as f64 + s);
+            mag.push(abs + (y0[i] as f64).abs());
             // f32 accumulation of exact products over 2 mma steps per block, plus the `acc` add:
             // a few ulps of Σ|terms| per step, generously.
             let bound = (2 * c.blocks as usize + 8) as f64
@@ -214,11 +218,14 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
             );
         }
     }
-    // The f16 roundings of weights and activations: ~2⁻¹¹ each, relative.
+    // The f16 roundings of weights and activations: ~2⁻¹¹ each, relative to each term, so the
+    // error is measured against Σ|terms| (an output whose terms cancel is not held to 2⁻¹¹ of
+    // itself: that failed one GPU case at de51df8, whose check against the f16 operands above
+    // passed).
     check_err(
         dev,
         "vs exact weights and f32 activations",
-        r::rel_err(&got, &exact),
+        r::err_vs_magnitude(&got, &exact, &mag),
         3e-3,
     )
 }

@@ -329,6 +329,20 @@ pub fn attention(
     out
 }
 
+/// Norm-wise error of `out` against `reference`, relative to `mag` (each output's Σ|terms|)
+/// rather than to `reference`: a sum of random terms can cancel far below them, while float
+/// rounding (of the terms, or of f16 operands) is relative to the terms.
+pub fn err_vs_magnitude(out: &[f32], reference: &[f64], mag: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "length mismatch");
+    let num: f64 = out
+        .iter()
+        .zip(reference)
+        .map(|(&o, r)| (o as f64 - r).powi(2))
+        .sum();
+    let den: f64 = mag.iter().map(|a| a * a).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
 /// ‖out − ref‖₂ / ‖ref‖₂ (the error measure every property bounds; ‖ref‖ is never zero there).
 /// A NaN anywhere in `out` makes it NaN, which fails any `<=` bound.
 pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
