@@ -287,8 +287,7 @@ struct FusedCase {
     blocks: u32,
     n: u32,
     wave: Option<u32>,
-    /// q/k/v and SwiGLU through the wide instantiations (`kiln_matvec3_wide_*`,
-    /// `kiln_matvec_swiglu_wide_*`).
+    /// q/k/v through the wide instantiation (`kiln_matvec3_wide_*`).
     wide: bool,
     seed: u64,
 }
@@ -406,27 +405,9 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         upload(dev, &us),
         poisoned::<f32>(dev, n * rows, 0xff),
     );
-    let (all, k) = match c.wide {
-        false => (
-            dev.shapes().matvec_multi(&[rows as u32], n as u32, many),
-            entry(
-                c.fmt,
-                names::kiln_matvec_swiglu_q4_0,
-                names::kiln_matvec_swiglu_q4_1,
-                names::kiln_matvec_swiglu_q8_0,
-            ),
-        ),
-        true => (
-            dev.shapes()
-                .matvec_wide_multi(&[rows as u32], n as u32, many),
-            entry(
-                c.fmt,
-                names::kiln_matvec_swiglu_wide_q4_0,
-                names::kiln_matvec_swiglu_wide_q4_1,
-                names::kiln_matvec_swiglu_wide_q8_0,
-            ),
-        ),
-    };
+    let all = dev
+        .shapes()
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
         ..all
@@ -443,7 +424,16 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         Arg::U32(rows as u32),
         Arg::U32(cols as u32),
     ];
-    dev.launch(k, dims, &sargs);
+    dev.launch(
+        entry(
+            c.fmt,
+            names::kiln_matvec_swiglu_q4_0,
+            names::kiln_matvec_swiglu_q4_1,
+            names::kiln_matvec_swiglu_q8_0,
+        ),
+        dims,
+        &sargs,
+    );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu output", &y)?;
     let up_exact = r::matvec_q8_1(c.fmt, &up, rows, cols, &xq, &xds);

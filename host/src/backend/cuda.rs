@@ -90,8 +90,6 @@ pub struct Cuda {
     matvec_wide: bool,
     /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
     matvec3_wide: bool,
-    /// And for gate/up + SwiGLU (`KILN_SWIGLU_WIDE=0`).
-    swiglu_wide: bool,
 }
 
 impl Cuda {
@@ -103,7 +101,6 @@ impl Cuda {
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
-            swiglu_wide: std::env::var("KILN_SWIGLU_WIDE").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -137,7 +134,6 @@ impl Cuda {
             gemm_deep: true,
             matvec_wide: true,
             matvec3_wide: true,
-            swiglu_wide: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -1266,26 +1262,17 @@ impl Backend for Cuda {
             return self.swiglu(&g, &u);
         }
         let out = self.tensor(x.rows, gate.rows)?;
-        let (sh, sms, n, r) = (
-            self.gpu.shapes(),
-            self.gpu.sm_count(),
-            x.rows as u32,
-            gate.rows as u32,
+        let k = match ty {
+            GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,
+            GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
+            _ => names::kiln_matvec_swiglu_q8_0,
+        };
+        let dims = self.gpu.one_wave(
+            k,
+            self.gpu
+                .shapes()
+                .matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()),
         );
-        let wide = self.swiglu_wide && sh.matvec_takes_wide(r, sms);
-        let k = match (ty, wide) {
-            (GgmlType::Q4_0, false) => names::kiln_matvec_swiglu_q4_0,
-            (GgmlType::Q4_1, false) => names::kiln_matvec_swiglu_q4_1,
-            (_, false) => names::kiln_matvec_swiglu_q8_0,
-            (GgmlType::Q4_0, true) => names::kiln_matvec_swiglu_wide_q4_0,
-            (GgmlType::Q4_1, true) => names::kiln_matvec_swiglu_wide_q4_1,
-            (_, true) => names::kiln_matvec_swiglu_wide_q8_0,
-        };
-        let dims = match wide {
-            true => sh.matvec_wide_multi(&[r], n, sms),
-            false => sh.matvec_multi(&[r], n, sms),
-        };
-        let dims = self.gpu.one_wave(k, dims);
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
         self.with_q8(x, |xq, xds| {
             self.gpu.launch(

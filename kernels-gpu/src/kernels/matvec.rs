@@ -438,125 +438,33 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     rows: u32,
     cols: u32,
 ) {
-    unsafe {
-        swiglu_rows::<P, F, 1, 2>(
-            gate_qs,
-            gate_scales,
-            up_qs,
-            up_scales,
-            xq,
-            xds,
-            y,
-            rows,
-            cols,
-        )
-    }
-}
-
-/// [`matvec_swiglu_split`] with `P::MATVEC_WIDE_ROWS_PER_WARP` rows of each matrix per warp.
-/// Launch: [`launch::matvec_wide_groups`] over `rows`.
-///
-/// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec_swiglu_split_wide<P: TargetPolicy, F: SplitFormat>(
-    gate_qs: *const u32,
-    gate_scales: *const u8,
-    up_qs: *const u32,
-    up_scales: *const u8,
-    xq: *const u32,
-    xds: *const f32,
-    y: *mut f32,
-    rows: u32,
-    cols: u32,
-) {
-    unsafe {
-        match P::MATVEC_WIDE_ROWS_PER_WARP {
-            1 => swiglu_rows::<P, F, 1, 2>(
-                gate_qs,
-                gate_scales,
-                up_qs,
-                up_scales,
-                xq,
-                xds,
-                y,
-                rows,
-                cols,
-            ),
-            2 => swiglu_rows::<P, F, 2, 4>(
-                gate_qs,
-                gate_scales,
-                up_qs,
-                up_scales,
-                xq,
-                xds,
-                y,
-                rows,
-                cols,
-            ),
-            _ => swiglu_rows::<P, F, 4, 8>(
-                gate_qs,
-                gate_scales,
-                up_qs,
-                up_scales,
-                xq,
-                xds,
-                y,
-                rows,
-                cols,
-            ),
-        }
-    }
-}
-
-/// `R` consecutive rows of the gate and of the up matrix per warp; `R2` = 2·R weight rows in
-/// flight (const generics cannot compute it).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat, const R: usize, const R2: usize>(
-    gate_qs: *const u32,
-    gate_scales: *const u8,
-    up_qs: *const u32,
-    up_scales: *const u8,
-    xq: *const u32,
-    xds: *const f32,
-    y: *mut f32,
-    rows: u32,
-    cols: u32,
-) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
-    let (rows, group_rows) = (rows as usize, P::MATVEC_WARPS as usize * R);
+    let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     let mut group = block_idx() as usize;
-    prefetch_rows::<P, F>(
-        gate_qs,
-        gate_scales,
-        group * group_rows,
-        group_rows,
-        rows,
-        nb,
-    );
-    prefetch_rows::<P, F>(up_qs, up_scales, group * group_rows, group_rows, rows, nb);
+    prefetch_rows::<P, F>(gate_qs, gate_scales, group * warps, warps, rows, nb);
+    prefetch_rows::<P, F>(up_qs, up_scales, group * warps, warps, rows, nb);
     pdl_wait::<P>();
-    while group * group_rows < rows {
-        let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
-        // Rows 0..R of the gate matrix, then the same rows of the up matrix.
-        let w: [WeightRow; R2] = core::array::from_fn(|i| {
-            let (qs, scales, row) = match i < R {
-                true => (gate_qs, gate_scales, row0 + i),
-                false => (up_qs, up_scales, row0 + i - R),
-            };
+    while group * warps < rows {
+        let row = group * warps + warp_id() as usize;
+        let live = row < rows;
+        let w = [
             WeightRow {
-                qs,
-                scales,
+                qs: gate_qs,
+                scales: gate_scales,
                 row,
-                live: row < rows,
-            }
-        });
-        let dots = unsafe { warp_dots_in_flight::<P, F, R2>(&w, x, nb) };
-        for r in 0..R {
-            if lane() == 0 && w[r].live {
-                unsafe { *y.add(t * rows + row0 + r) = silu(dots[r]) * dots[R + r] };
-            }
+                live,
+            },
+            WeightRow {
+                qs: up_qs,
+                scales: up_scales,
+                row,
+                live,
+            },
+        ];
+        let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+        if lane() == 0 && live {
+            unsafe { *y.add(t * rows + row) = silu(g) * u };
         }
         group += grid_dim() as usize;
     }
