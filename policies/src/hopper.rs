@@ -21,9 +21,10 @@ impl TargetPolicy for Hopper {
     const MATVEC_ROWS_PER_WARP: u32 = 1;
     const MATVEC_BLOCKS_IN_FLIGHT: u32 = 2;
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
-    // Two rows per warp where the launch still has ≥ 2 blocks per SM (8B's o and down
-    // projections, 4096 rows: 512 blocks; 0.6B's 1024-row ones stay at one row). Measured as
-    // a whole-table variant (session 10): 8B decode +1.4 % (Q4_0) / +3.2 % (Q8_0), 0.6B −0.9 %.
+    // Two rows per warp where the launch still has ≥ 2 blocks per SM (8B's q/k/v, o and down
+    // projections: 4096+ rows, 512+ blocks; 0.6B's 1024-row o/down stay at one row, where two
+    // measured −0.9 %). Measured per launch (session 10): 8B decode +3.7 % (Q4_0) / +3.6 %
+    // (Q8_0). Gate/up + SwiGLU two rows each: ±1 %, not kept (127–161 registers).
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = 2;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = 2;
     const VECTOR_BYTES: u32 = 16;
