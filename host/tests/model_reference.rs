@@ -67,6 +67,27 @@ impl Rng {
     }
 }
 
+/// K-quant blocks (kiln has no K-quant quantizer) from random bytes, with the f16 super-block
+/// scales set so the values stay within ~±0.3 like the other formats' weights.
+fn random_k_blocks(ty: GgmlType, bytes: &mut [u8], rng: &mut Rng) {
+    for b in bytes.iter_mut() {
+        *b = (rng.next().to_bits() >> 7) as u8;
+    }
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let (_, block) = ty.block();
+    for blk in bytes.chunks_exact_mut(block) {
+        match ty {
+            // d, dmin first: value = d·sc·q − dmin·m, sc, m < 64, q < 16.
+            GgmlType::Q4_K => {
+                blk[0..2].copy_from_slice(&f16(3e-4));
+                blk[2..4].copy_from_slice(&f16(2e-4));
+            }
+            // d last: value = d·scale·(q − 32), scale an i8.
+            _ => blk[block - 2..].copy_from_slice(&f16(7e-5)),
+        }
+    }
+}
+
 /// The GGUF bytes, plus every weight dequantized to f64 as the reference sees it.
 fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
     let mut rng = Rng(0x9E3779B97F4A7C15);
@@ -143,7 +164,10 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
             })
             .collect();
         let mut bytes = vec![0u8; ty.bytes_for((rows * cols) as u64).unwrap() as usize];
-        quant::quantize_row(ty, &vals, &mut bytes).unwrap();
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q6_K => random_k_blocks(ty, &mut bytes, &mut rng),
+            _ => quant::quantize_row(ty, &vals, &mut bytes).unwrap(),
+        }
         let mut deq = vec![0f32; rows * cols];
         quant::dequantize_row(ty, &bytes, &mut deq).unwrap();
         weights.insert(name.clone(), deq.iter().map(|&v| v as f64).collect());
@@ -566,6 +590,46 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
                 s.ty
             );
         }
+    }
+}
+
+/// K-quant weights have no GPU kernels: the CUDA backend widens them to f16 at load and
+/// multiplies f32 activations. Checked against the float64 forward pass over the same weights
+/// rounded to f16 (norms stay f32, as in the file): only f32 arithmetic separates them, the
+/// same bound as the f16 model on the CPU backend.
+#[test]
+fn widened_k_quants_on_cuda_host_grid_match_f64_reference() {
+    use kiln_host::backend::cuda::Cuda;
+    // Rows of whole 256-element super-blocks.
+    for s in [
+        Synth {
+            n_embd: 256,
+            head_dim: 64,
+            n_ff: 256,
+            ty: GgmlType::Q4_K,
+            ..QWEN3
+        },
+        Synth {
+            n_embd: 256,
+            n_head: 4,
+            n_kv: 2,
+            head_dim: 64,
+            n_ff: 512,
+            ty: GgmlType::Q6_K,
+            ..LLAMA
+        },
+    ] {
+        let (file, mut weights) = build(&s);
+        for (name, w) in weights.iter_mut() {
+            if !name.contains("norm") {
+                f16_round(w);
+            }
+        }
+        let want = reference(&s, &weights, &TOKENS);
+        let got = decode_steps(&Cuda::host::<policies::Hopper>(), &file, &TOKENS);
+        let err = rel_err(&got, &want);
+        eprintln!("widened {:?} on CUDA-on-host: max rel err {err:.2e}", s.ty);
+        assert!(err < 1e-4, "{} {:?}: rel err {err:e}", s.arch, s.ty);
     }
 }
 
