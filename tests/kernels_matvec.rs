@@ -133,7 +133,7 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     };
     let (sh, r) = (dev.shapes(), rows as u32);
     let all = match c.wide {
-        true => sh.matvec_wide_resident(r, n as u32, u32::MAX / 64),
+        true => sh.matvec_wide_multi(&[r], n as u32, u32::MAX / 64),
         false => sh.matvec_resident(r, n as u32, u32::MAX / 64),
     };
     let dims = common::Dims {

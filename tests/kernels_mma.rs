@@ -56,7 +56,7 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
 }
 
 fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
-    let (wide, deep_name, words) = match fmt {
+    let (main, deep_name, words) = match fmt {
         BlockFormat::Q4_0 => (
             names::kiln_mma_q4_0,
             names::kiln_mma_deep_q4_0,
@@ -73,7 +73,7 @@ fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
             formats::Q8_0::QS_WORDS,
         ),
     };
-    (if deep { deep_name } else { wide }, words as u32)
+    (if deep { deep_name } else { main }, words as u32)
 }
 
 fn f16_round(v: f64) -> f64 {

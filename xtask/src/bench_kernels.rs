@@ -381,8 +381,8 @@ fn matvec_launch<F: SplitFormat>(gpu: &Gpu, rows: u32, n: u32) -> (&'static str,
     };
     let (dims, groups) = match wide {
         true => (
-            sh.matvec_wide_resident(rows, n, sms),
-            sh.matvec_wide_resident(rows, n, u32::MAX / 64).grid_x,
+            sh.matvec_wide_multi(&[rows], n, sms),
+            sh.matvec_wide_multi(&[rows], n, u32::MAX / 64).grid_x,
         ),
         false => (sh.matvec_resident(rows, n, sms), sh.matvec(rows, n).grid_x),
     };

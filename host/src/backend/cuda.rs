@@ -356,16 +356,15 @@ impl Cuda {
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
         let (sh, sms, r) = (self.gpu.shapes(), self.gpu.sm_count(), w.rows as u32);
         let wide = self.matvec_wide && sh.matvec_takes_wide(r, sms);
-        let k = match (ty, wide) {
-            (GgmlType::Q4_0, false) => names::kiln_matvec_q4_0,
-            (GgmlType::Q4_1, false) => names::kiln_matvec_q4_1,
-            (_, false) => names::kiln_matvec_q8_0,
-            (GgmlType::Q4_0, true) => names::kiln_matvec_wide_q4_0,
-            (GgmlType::Q4_1, true) => names::kiln_matvec_wide_q4_1,
-            (_, true) => names::kiln_matvec_wide_q8_0,
-        };
+        let k = by_format(
+            ty,
+            match wide {
+                false => MATVEC,
+                true => MATVEC_WIDE,
+            },
+        );
         let dims = match wide {
-            true => sh.matvec_wide_resident(r, n, sms),
+            true => sh.matvec_wide_multi(&[r], n, sms),
             false => sh.matvec_resident(r, n, sms),
         };
         let dims = self.gpu.one_wave(k, dims);
@@ -807,11 +806,7 @@ impl Backend for Cuda {
         );
         match &table.storage {
             Storage::Split { ty, qs, scales } => {
-                let k = match ty {
-                    GgmlType::Q4_0 => names::kiln_embed_q4_0,
-                    GgmlType::Q4_1 => names::kiln_embed_q4_1,
-                    _ => names::kiln_embed_q8_0,
-                };
+                let k = by_format(*ty, EMBED);
                 self.gpu.launch(
                     k,
                     dims,
@@ -848,11 +843,7 @@ impl Backend for Cuda {
         );
         match &w.storage {
             Storage::Split { ty, qs, scales } if self.f32_activations => {
-                let k = match ty {
-                    GgmlType::Q4_0 => names::kiln_matvec_f32x_q4_0,
-                    GgmlType::Q4_1 => names::kiln_matvec_f32x_q4_1,
-                    _ => names::kiln_matvec_f32x_q8_0,
-                };
+                let k = by_format(*ty, MATVEC_F32X);
                 let dims = self
                     .gpu
                     .one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
@@ -1211,14 +1202,13 @@ impl Backend for Cuda {
         let (sh, sms, n) = (self.gpu.shapes(), self.gpu.sm_count(), x.rows as u32);
         // Wide when all rows together would take the wide single-matrix mat-vec.
         let wide = self.matvec3_wide && sh.matvec_takes_wide(rows.iter().sum(), sms);
-        let k = match (ty, wide) {
-            (GgmlType::Q4_0, false) => names::kiln_matvec3_q4_0,
-            (GgmlType::Q4_1, false) => names::kiln_matvec3_q4_1,
-            (_, false) => names::kiln_matvec3_q8_0,
-            (GgmlType::Q4_0, true) => names::kiln_matvec3_wide_q4_0,
-            (GgmlType::Q4_1, true) => names::kiln_matvec3_wide_q4_1,
-            (_, true) => names::kiln_matvec3_wide_q8_0,
-        };
+        let k = by_format(
+            ty,
+            match wide {
+                false => MATVEC3,
+                true => MATVEC3_WIDE,
+            },
+        );
         let dims = match wide {
             true => sh.matvec_wide_multi(&rows, n, sms),
             false => sh.matvec_multi(&rows, n, sms),
@@ -1265,11 +1255,7 @@ impl Backend for Cuda {
             return self.swiglu(&g, &u);
         }
         let out = self.tensor(x.rows, gate.rows)?;
-        let k = match ty {
-            GgmlType::Q4_0 => names::kiln_matvec_swiglu_q4_0,
-            GgmlType::Q4_1 => names::kiln_matvec_swiglu_q4_1,
-            _ => names::kiln_matvec_swiglu_q8_0,
-        };
+        let k = by_format(ty, MATVEC_SWIGLU);
         let dims = self.gpu.one_wave(
             k,
             self.gpu
@@ -1351,7 +1337,7 @@ fn widen_to_f16(
     static NOTED: std::sync::Once = std::sync::Once::new();
     NOTED.call_once(|| {
         eprintln!(
-            "kiln: {} weights have no GPU kernels yet: widened to f16 at load (more VRAM, slower decode than the file suggests)",
+            "kiln: {} (and any other K-quant or BF16) weights have no GPU kernels yet: widened to f16 at load (more VRAM, slower decode than the file suggests)",
             ty.name()
         )
     });
@@ -1365,22 +1351,72 @@ fn widen_to_f16(
     out.par_chunks_mut(cols)
         .zip(data.par_chunks(row_bytes))
         .enumerate()
-        .try_for_each(|(r, (dst, src))| {
-            let mut row = vec![0f32; cols];
-            crate::quant::dequantize_row(ty, src, &mut row)
-                .with_context(|| format!("tensor {name}, row {r}"))?;
-            for (d, &v) in dst.iter_mut().zip(&row) {
-                let h = half::f16::from_f32(v);
-                ensure!(
-                    h.is_finite(),
-                    "tensor {name}: row {r} holds {v}, outside f16's range: this {} tensor cannot run on the GPU yet",
-                    ty.name()
-                );
-                *d = h.to_bits();
-            }
-            Ok(())
-        })?;
+        .try_for_each_init(
+            || vec![0f32; cols],
+            |row, (r, (dst, src))| {
+                crate::quant::dequantize_row(ty, src, row)
+                    .with_context(|| format!("tensor {name}, row {r}"))?;
+                for (d, &v) in dst.iter_mut().zip(row.iter()) {
+                    let h = half::f16::from_f32(v);
+                    ensure!(
+                        h.is_finite(),
+                        "tensor {name}: row {r} holds {v}, outside f16's range: this {} tensor cannot run on the GPU yet",
+                        ty.name()
+                    );
+                    *d = h.to_bits();
+                }
+                Ok(())
+            },
+        )?;
     Ok(out)
+}
+
+/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0.
+type FormatEntries = [&'static str; 3];
+const MATVEC: FormatEntries = [
+    names::kiln_matvec_q4_0,
+    names::kiln_matvec_q4_1,
+    names::kiln_matvec_q8_0,
+];
+const MATVEC_WIDE: FormatEntries = [
+    names::kiln_matvec_wide_q4_0,
+    names::kiln_matvec_wide_q4_1,
+    names::kiln_matvec_wide_q8_0,
+];
+const MATVEC3: FormatEntries = [
+    names::kiln_matvec3_q4_0,
+    names::kiln_matvec3_q4_1,
+    names::kiln_matvec3_q8_0,
+];
+const MATVEC_F32X: FormatEntries = [
+    names::kiln_matvec_f32x_q4_0,
+    names::kiln_matvec_f32x_q4_1,
+    names::kiln_matvec_f32x_q8_0,
+];
+const MATVEC_SWIGLU: FormatEntries = [
+    names::kiln_matvec_swiglu_q4_0,
+    names::kiln_matvec_swiglu_q4_1,
+    names::kiln_matvec_swiglu_q8_0,
+];
+const EMBED: FormatEntries = [
+    names::kiln_embed_q4_0,
+    names::kiln_embed_q4_1,
+    names::kiln_embed_q8_0,
+];
+const MATVEC3_WIDE: FormatEntries = [
+    names::kiln_matvec3_wide_q4_0,
+    names::kiln_matvec3_wide_q4_1,
+    names::kiln_matvec3_wide_q8_0,
+];
+
+/// The entry of `entries` for split format `ty` (Q8_0 for anything not Q4_0/Q4_1: only the
+/// three split formats are stored split).
+fn by_format(ty: GgmlType, entries: FormatEntries) -> &'static str {
+    match ty {
+        GgmlType::Q4_0 => entries[0],
+        GgmlType::Q4_1 => entries[1],
+        _ => entries[2],
+    }
 }
 
 /// The split-layout planes of weights that all share one 32-block format, or `None`.

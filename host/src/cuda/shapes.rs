@@ -15,10 +15,10 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec(&self, rows: u32, n: u32) -> Dims;
     /// Split-format mat-vec: one resident wave on `sms` multiprocessors, grid-striding.
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
-    /// The wide split mat-vec (`kiln_matvec_wide_*`), and whether a launch of `rows` takes it.
-    fn matvec_wide_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
+    /// Whether a split mat-vec of `rows` takes the wide instantiation.
     fn matvec_takes_wide(&self, rows: u32, sms: u32) -> bool;
-    /// The wide multi-matrix mat-vec (`kiln_matvec3_wide_*`) over matrices of `rows` each.
+    /// The wide mat-vecs (`kiln_matvec_wide_*` over one matrix, `kiln_matvec3_wide_*` over up
+    /// to three) over matrices of `rows` each.
     fn matvec_wide_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     /// One-row-per-warp mat-vec over matrices of `rows` each (fused projections).
     fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
@@ -75,9 +75,6 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
         launch::matvec_resident::<P>(rows, n, sms)
-    }
-    fn matvec_wide_resident(&self, rows: u32, n: u32, sms: u32) -> Dims {
-        launch::matvec_wide_resident::<P>(rows, n, sms)
     }
     fn matvec_takes_wide(&self, rows: u32, sms: u32) -> bool {
         launch::matvec_takes_wide::<P>(rows, sms)

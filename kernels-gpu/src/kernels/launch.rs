@@ -49,21 +49,9 @@ pub const fn matvec_takes_wide<P: TargetPolicy>(rows: u32, sms: u32) -> bool {
         && groups >= sms as u64 * P::MATVEC_WIDE_MIN_BLOCKS_PER_SM as u64
 }
 
-/// [`matvec_resident`] for the wide instantiation: row groups of `MATVEC_WARPS ×
-/// MATVEC_WIDE_ROWS_PER_WARP` rows.
-pub const fn matvec_wide_resident<P: TargetPolicy>(rows: u32, n: u32, sms: u32) -> Dims {
-    let wave = sms * P::MATVEC_BLOCKS_PER_SM;
-    let groups = div_ceil(rows, P::MATVEC_WARPS * P::MATVEC_WIDE_ROWS_PER_WARP);
-    Dims {
-        grid_x: if groups < wave { groups } else { wave },
-        grid_y: n,
-        block: P::MATVEC_WARPS * WARP,
-        shared_bytes: 0,
-    }
-}
-
-/// [`matvec_groups`] for the wide multi-matrix mat-vec (`matvec3_split_wide`) over matrices
-/// of `rows` each: row groups of `MATVEC_WARPS × MATVEC_WIDE_ROWS_PER_WARP` rows per matrix.
+/// [`matvec_groups`] for the wide mat-vecs (`matvec_split_wide` over one matrix,
+/// `matvec3_split_wide` over up to three) over matrices of `rows` each: row groups of
+/// `MATVEC_WARPS × MATVEC_WIDE_ROWS_PER_WARP` rows per matrix.
 pub const fn matvec_wide_groups<P: TargetPolicy>(rows: &[u32], n: u32, sms: u32) -> Dims {
     let (mut groups, mut m) = (0, 0);
     while m < rows.len() {

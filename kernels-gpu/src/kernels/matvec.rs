@@ -105,9 +105,9 @@ pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
 }
 
 /// [`matvec_split`] with `P::MATVEC_WIDE_ROWS_PER_WARP` rows per warp, for launches with rows
-/// to spare (`launch::matvec_takes_wide`). Launch: [`launch::matvec_wide_resident`].
+/// to spare (`launch::matvec_takes_wide`). Launch: [`launch::matvec_wide_groups`] over `rows`.
 ///
-/// [`launch::matvec_wide_resident`]: crate::kernels::launch::matvec_wide_resident
+/// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn matvec_split_wide<P: TargetPolicy, F: SplitFormat>(
     qs: *const u32,
@@ -336,13 +336,11 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     xds: *const f32,
     cols: u32,
 ) {
-    let mats = [
-        (w0, s0, y0, rows0),
-        (w1, s1, y1, rows1),
-        (w2, s2, y2, rows2),
-    ]
-    .map(SplitOut::from);
-    unsafe { matvec3_rows::<P, F, 1>(mats, xq, xds, cols) }
+    unsafe {
+        matvec3_with::<P, F>(
+            1, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols,
+        )
+    }
 }
 
 /// [`matvec3_split`] with `P::MATVEC_WIDE_ROWS_PER_WARP` rows per warp (`R` consecutive rows
@@ -367,6 +365,36 @@ pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
     xds: *const f32,
     cols: u32,
 ) {
+    let r = P::MATVEC_WIDE_ROWS_PER_WARP;
+    unsafe {
+        matvec3_with::<P, F>(
+            r, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols,
+        )
+    }
+}
+
+/// The three matrices as [`SplitOut`]s and `rows_per_warp` (a policy constant at every call) as
+/// the const generic [`matvec3_rows`] needs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn matvec3_with<P: TargetPolicy, F: SplitFormat>(
+    rows_per_warp: u32,
+    w0: *const u32,
+    s0: *const u8,
+    y0: *mut f32,
+    rows0: u32,
+    w1: *const u32,
+    s1: *const u8,
+    y1: *mut f32,
+    rows1: u32,
+    w2: *const u32,
+    s2: *const u8,
+    y2: *mut f32,
+    rows2: u32,
+    xq: *const u32,
+    xds: *const f32,
+    cols: u32,
+) {
     let mats = [
         (w0, s0, y0, rows0),
         (w1, s1, y1, rows1),
@@ -374,7 +402,7 @@ pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
     ]
     .map(SplitOut::from);
     unsafe {
-        match P::MATVEC_WIDE_ROWS_PER_WARP {
+        match rows_per_warp {
             1 => matvec3_rows::<P, F, 1>(mats, xq, xds, cols),
             2 => matvec3_rows::<P, F, 2>(mats, xq, xds, cols),
             _ => matvec3_rows::<P, F, 4>(mats, xq, xds, cols),
