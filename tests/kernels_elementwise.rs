@@ -201,6 +201,7 @@ fn embed_case() -> impl Strategy<Value = EmbedCase> {
         Table::Block(BlockFormat::Q4_0),
         Table::Block(BlockFormat::Q4_1),
         Table::Block(BlockFormat::Q8_0),
+        Table::Block(BlockFormat::Q6K),
         Table::F16,
     ]);
     (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
@@ -261,6 +262,10 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
                 BlockFormat::Q8_0 => (
                     split::<formats::Q8_0>(&gguf, vocab, cols),
                     names::kiln_embed_q8_0,
+                ),
+                BlockFormat::Q6K => (
+                    split::<formats::Q6K>(&gguf, vocab, cols),
+                    names::kiln_embed_q6k,
                 ),
             };
             let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));

@@ -130,6 +130,8 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         (BlockFormat::Q4_0, true) => names::kiln_matvec_wide_q4_0,
         (BlockFormat::Q4_1, true) => names::kiln_matvec_wide_q4_1,
         (BlockFormat::Q8_0, true) => names::kiln_matvec_wide_q8_0,
+        (BlockFormat::Q6K, false) => names::kiln_matvec_q6k,
+        (BlockFormat::Q6K, true) => names::kiln_matvec_wide_q6k,
     };
     let (sh, r) = (dev.shapes(), rows as u32);
     let all = match c.wide {
@@ -324,11 +326,13 @@ fn entry(
     q4_0: &'static str,
     q4_1: &'static str,
     q8_0: &'static str,
+    q6k: &'static str,
 ) -> &'static str {
     match fmt {
         BlockFormat::Q4_0 => q4_0,
         BlockFormat::Q4_1 => q4_1,
         BlockFormat::Q8_0 => q8_0,
+        BlockFormat::Q6K => q6k,
     }
 }
 
@@ -367,6 +371,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_q4_0,
                 names::kiln_matvec3_q4_1,
                 names::kiln_matvec3_q8_0,
+                names::kiln_matvec3_q6k,
             ),
         ),
         true => (
@@ -376,6 +381,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_wide_q4_0,
                 names::kiln_matvec3_wide_q4_1,
                 names::kiln_matvec3_wide_q8_0,
+                names::kiln_matvec3_wide_q6k,
             ),
         ),
     };
@@ -430,6 +436,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
             names::kiln_matvec_swiglu_q4_0,
             names::kiln_matvec_swiglu_q4_1,
             names::kiln_matvec_swiglu_q8_0,
+            names::kiln_matvec_swiglu_q6k,
         ),
         dims,
         &sargs,
@@ -489,6 +496,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
             names::kiln_matvec_f32x_q4_0,
             names::kiln_matvec_f32x_q4_1,
             names::kiln_matvec_f32x_q8_0,
+            names::kiln_matvec_f32x_q6k,
         ),
         dims,
         &args,
@@ -508,12 +516,15 @@ kernel_properties! {
     host_matvec_f32x_q4_0, gpu_matvec_f32x_q4_0: qcase(BlockFormat::Q4_0) => matvec_f32x;
     host_matvec_f32x_q4_1, gpu_matvec_f32x_q4_1: qcase(BlockFormat::Q4_1) => matvec_f32x;
     host_matvec_f32x_q8_0, gpu_matvec_f32x_q8_0: qcase(BlockFormat::Q8_0) => matvec_f32x;
+    host_matvec_f32x_q6k, gpu_matvec_f32x_q6k: qcase(BlockFormat::Q6K) => matvec_f32x;
     host_matvec_fused_q4_0, gpu_matvec_fused_q4_0: fused_case(BlockFormat::Q4_0) => matvec_fused;
     host_matvec_fused_q4_1, gpu_matvec_fused_q4_1: fused_case(BlockFormat::Q4_1) => matvec_fused;
     host_matvec_fused_q8_0, gpu_matvec_fused_q8_0: fused_case(BlockFormat::Q8_0) => matvec_fused;
+    host_matvec_fused_q6k, gpu_matvec_fused_q6k: fused_case(BlockFormat::Q6K) => matvec_fused;
     host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
     host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
     host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;
+    host_matvec_q6k, gpu_matvec_q6k: qcase(BlockFormat::Q6K) => matvec_quantized;
     host_matvec_f16, gpu_matvec_f16: f16_case() => matvec_f16;
 }
 
@@ -524,6 +535,7 @@ fn gpu_matvec_large() {
         BlockFormat::Q4_0,
         BlockFormat::Q4_1,
         BlockFormat::Q8_0,
+        BlockFormat::Q6K,
     ]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
     let case = (
@@ -564,6 +576,7 @@ fn reference_dequant_matches_gguf_block_types() {
                 BlockFormat::Q4_0 => layout::<BlockQ4_0>(block),
                 BlockFormat::Q4_1 => layout::<BlockQ4_1>(block),
                 BlockFormat::Q8_0 => layout::<BlockQ8_0>(block),
+                BlockFormat::Q6K => unreachable!("not a GGUF block: see the re-blocking test"),
             };
             let got = r::dequantize_block(fmt, block);
             for i in 0..QK {
@@ -577,4 +590,62 @@ fn reference_dequant_matches_gguf_block_types() {
             }
         }
     }
+}
+
+/// K-quant super-blocks re-blocked by 32 at load (`kernels_gpu::quant::reblock`) hold the values
+/// llama.cpp's layout gives them: Q6_K → Q6K exactly; Q4_K → Q4_1 up to the f16 rounding of
+/// each sub-block's d·sc and dmin·m (2⁻¹¹ relative of each, so of |d·sc·q| + |dmin·m|).
+#[test]
+fn reblocked_k_quants_hold_the_gguf_values() {
+    use kernels_gpu::quant::reblock::{self, Q4_1_BYTES, Q6K_BYTES};
+    use kernels_gpu::quant::{BlockQ4K, BlockQ6K, QuantBlock, f16_to_f32};
+    let mut g = Gen::new(11);
+    let supers = 24;
+    let mut want = vec![0f32; 256];
+    // Random bytes are valid K-quant blocks; the f16 scales are set to sane magnitudes (a
+    // random f16 may be NaN or overflow once multiplied out, which the load falls back on).
+    let mut q6 = vec![0u8; supers * 210];
+    q6.iter_mut().for_each(|b| *b = g.byte());
+    let mut q4 = vec![0u8; supers * 144];
+    q4.iter_mut().for_each(|b| *b = g.byte());
+    for s in 0..supers {
+        let d = g.sign() * g.magnitude(-4.0, -1.0);
+        q6[s * 210 + 208..s * 210 + 210].copy_from_slice(&g.f16_bits(d).to_le_bytes());
+        for at in [0, 2] {
+            let d = g.magnitude(-4.0, -1.0);
+            q4[s * 144 + at..s * 144 + at + 2].copy_from_slice(&g.f16_bits(d).to_le_bytes());
+        }
+    }
+    let mut out6 = vec![0u8; supers * 8 * Q6K_BYTES];
+    reblock::q6_k(&q6, &mut out6).unwrap();
+    let got6 = r::dequantize(BlockFormat::Q6K, &out6, supers, 256);
+    let mut out4 = vec![0u8; supers * 8 * Q4_1_BYTES];
+    reblock::q4_k_as_q4_1(&q4, &mut out4).unwrap();
+    let got4 = r::dequantize(BlockFormat::Q4_1, &out4, supers, 256);
+    for s in 0..supers {
+        BlockQ6K::read(&q6[s * 210..]).unwrap().dequant(&mut want);
+        for i in 0..256 {
+            let (got, w) = (got6[s * 256 + i], want[i] as f64);
+            // The block type rounds (d·sc)·q to f32 once; the reference is exact.
+            assert!(
+                (got - w).abs() <= 2f64.powi(-23) * w.abs(),
+                "Q6_K super {s} elem {i}: {got} vs {w}"
+            );
+        }
+        let b = BlockQ4K::read(&q4[s * 144..]).unwrap();
+        b.dequant(&mut want);
+        let (d, dmin) = (f16_to_f32(b.d) as f64, f16_to_f32(b.dmin) as f64);
+        for i in 0..256 {
+            let (got, w) = (got4[s * 256 + i], want[i] as f64);
+            let (sc, m) = kernels_gpu::quant::get_scale_min_k4(i / 32, &b.scales);
+            let bound = 2f64.powi(-11) * (d * sc as f64 * 15.0 + dmin * m as f64) + 1e-30;
+            assert!(
+                (got - w).abs() <= bound,
+                "Q4_K super {s} elem {i}: {got} vs {w} (bound {bound:.2e})"
+            );
+        }
+    }
+    // Wrong sizes are refused, not truncated.
+    assert!(reblock::q6_k(&q6[..209], &mut out6).is_err());
+    assert!(reblock::q4_k_as_q4_1(&q4, &mut out4[..20]).is_err());
 }

@@ -1,4 +1,4 @@
-//! Properties of `kernels/mma.rs`, the tensor-core GEMM over split Q4_0/Q4_1/Q8_0 weights and
+//! Properties of `kernels/mma.rs`, the tensor-core GEMM over split Q4_0/Q4_1/Q8_0/Q6K weights and
 //! f16 activations (from the `to_f16` kernel): against float64 on the very values the tensor
 //! cores multiply (each weight dequantized and rounded once to f16, each activation rounded to
 //! f16), where only the f32 accumulation may differ; and against float64 on the exact weights
@@ -71,6 +71,11 @@ fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
             names::kiln_mma_q8_0,
             names::kiln_mma_deep_q8_0,
             formats::Q8_0::QS_WORDS,
+        ),
+        BlockFormat::Q6K => (
+            names::kiln_mma_q6k,
+            names::kiln_mma_deep_q6k,
+            formats::Q6K::QS_WORDS,
         ),
     };
     (if deep { deep_name } else { main }, words as u32)
@@ -234,6 +239,7 @@ kernel_properties! {
     host_mma_q4_0, gpu_mma_q4_0: case(BlockFormat::Q4_0) => gemm;
     host_mma_q4_1, gpu_mma_q4_1: case(BlockFormat::Q4_1) => gemm;
     host_mma_q8_0, gpu_mma_q8_0: case(BlockFormat::Q8_0) => gemm;
+    host_mma_q6k, gpu_mma_q6k: case(BlockFormat::Q6K) => gemm;
 }
 
 /// Model-sized shapes (thousands of rows, up to 4096 columns, hundreds of tokens): GPU only.
@@ -243,6 +249,7 @@ fn gpu_mma_large() {
         BlockFormat::Q4_0,
         BlockFormat::Q4_1,
         BlockFormat::Q8_0,
+        BlockFormat::Q6K,
     ]);
     let case = (
         formats,

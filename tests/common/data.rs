@@ -50,10 +50,19 @@ impl Gen {
     }
 
     /// `blocks` random GGUF blocks of `fmt`: every quant bit pattern is possible, scales are
-    /// random f16 of either sign over a few decades (and Q4_1 minimums of either sign).
+    /// random f16 of either sign over a few decades (and Q4_1 minimums of either sign); Q6K
+    /// blocks have any i8 sub-block scales and every 6-bit code.
     pub fn gguf_blocks(&mut self, fmt: BlockFormat, blocks: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(blocks * fmt.block_bytes());
         for _ in 0..blocks {
+            if fmt == BlockFormat::Q6K {
+                // Sub-block scales of any i8 value, codes of Q6_K's range −32..=31.
+                out.extend([self.byte(), self.byte()]);
+                let d = self.sign() * self.magnitude(-5.0, -3.0);
+                out.extend(self.f16_bits(d).to_le_bytes());
+                out.extend((0..QK).map(|_| (self.below(64) as i32 - 32) as u8));
+                continue;
+            }
             let d = self.sign() * self.magnitude(-3.0, -1.0);
             out.extend(self.f16_bits(d).to_le_bytes());
             if fmt == BlockFormat::Q4_1 {

@@ -26,6 +26,11 @@ pub enum Quant {
     Q4_0,
     #[value(name = "q8_0")]
     Q8_0,
+    /// llama.cpp's Q4_K_M mixture: Q6_K for `output.weight` and for `attn_v`/`ffn_down` in the
+    /// layers its `use_more_bits` picks, Q4_K for the other matrices (Q8_0 for rows that are
+    /// not whole 256-element super-blocks).
+    #[value(name = "q4_k_m")]
+    Q4KM,
 }
 
 impl Quant {
@@ -33,13 +38,42 @@ impl Quant {
         match self {
             Quant::Q4_0 => GgmlType::Q4_0,
             Quant::Q8_0 => GgmlType::Q8_0,
+            Quant::Q4KM => GgmlType::Q4_K,
         }
+    }
+    /// The tensors of preset `p` with this quantization's type for each.
+    fn specs(self, p: &Preset) -> Vec<TensorSpec> {
+        let mut specs = p.tensors(self.ggml());
+        if self == Quant::Q4KM {
+            let n = p.n_layer as usize;
+            // llama.cpp's `use_more_bits`: the first and last eighth, and every third between.
+            let more_bits = |i: usize| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+            for t in specs.iter_mut().filter(|t| t.ty == GgmlType::Q4_K) {
+                let layer = t
+                    .name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next()?.parse().ok());
+                let six = t.name == "output.weight"
+                    || (["attn_v.", "ffn_down"].iter().any(|k| t.name.contains(k))
+                        && layer.is_some_and(more_bits));
+                if six {
+                    t.ty = GgmlType::Q6_K;
+                }
+                // Rows that are not whole 256-element super-blocks (small experts): Q8_0, as
+                // llama.cpp falls back to a 32-element type for them.
+                if t.dims[0] % 256 != 0 {
+                    t.ty = GgmlType::Q8_0;
+                }
+            }
+        }
+        specs
     }
     /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_MOSTLY_*`).
     fn file_type(self) -> u32 {
         match self {
             Quant::Q4_0 => 2,
             Quant::Q8_0 => 7,
+            Quant::Q4KM => 15,
         }
     }
 }
@@ -90,14 +124,14 @@ pub fn run(a: Args) -> Result<()> {
 
 fn list(tok: &Qwen3Tokenizer) -> Result<()> {
     println!(
-        "{:<14} {:<9} {:>6} {:>6} {:>9} {:>9} {:>10} {:>10}  about",
-        "preset", "arch", "layers", "embd", "params", "active", "q4_0", "q8_0"
+        "{:<14} {:<9} {:>6} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10}  about",
+        "preset", "arch", "layers", "embd", "params", "active", "q4_0", "q8_0", "q4_k_m"
     );
     for p in PRESETS {
         let (total, active) = p.param_counts();
         let size = |q| file_size(p, q, tok).map(|b| format!("{:.2} GB", b as f64 / 1e9));
         println!(
-            "{:<14} {:<9} {:>6} {:>6} {:>8.3}B {:>8.3}B {:>10} {:>10}  {}",
+            "{:<14} {:<9} {:>6} {:>6} {:>8.3}B {:>8.3}B {:>10} {:>10} {:>10}  {}",
             p.name,
             p.arch.gguf_name(),
             p.n_layer,
@@ -106,6 +140,7 @@ fn list(tok: &Qwen3Tokenizer) -> Result<()> {
             active as f64 / 1e9,
             size(Quant::Q4_0)?,
             size(Quant::Q8_0)?,
+            size(Quant::Q4KM)?,
             p.about
         );
     }
@@ -114,7 +149,7 @@ fn list(tok: &Qwen3Tokenizer) -> Result<()> {
 
 /// Exact size of the file `generate` writes.
 pub fn file_size(p: &Preset, q: Quant, tok: &Qwen3Tokenizer) -> Result<u64> {
-    let specs = p.tensors(q.ggml());
+    let specs = q.specs(p);
     let w = writer(p, q, 0, &specs, tok)?;
     let align = u64::from(w.alignment());
     let header = w.begin(std::io::sink())?.data_offset();
@@ -206,7 +241,7 @@ pub fn generate(
     tok: &Qwen3Tokenizer,
     progress: bool,
 ) -> Result<u64> {
-    let specs = p.tensors(q.ggml());
+    let specs = q.specs(p);
     let w = writer(p, q, seed, &specs, tok)?;
     let mut partial = out.as_os_str().to_owned();
     partial.push(".partial");
@@ -344,6 +379,31 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
                 }
             }
         }
+        (Init::Weight { sigma }, GgmlType::Q4_K) => {
+            for b in out.chunks_exact_mut(144) {
+                // value = d·sc·q − dmin·m with m = sc and dmin = 7.5·d: d·sc·(q − 7.5), symmetric.
+                let sc: [u8; 8] = std::array::from_fn(|_| 32 + (rng.next() % 32) as u8);
+                let d = rng.scale(sigma / (Q4K_STD * 47.5));
+                b[..2].copy_from_slice(&d.to_le_bytes());
+                b[2..4].copy_from_slice(&f16::from_f32(7.5 * d.to_f32()).to_le_bytes());
+                b[4..16].copy_from_slice(&pack_k4_scales(&sc, &sc));
+                for q in b[16..].chunks_exact_mut(8) {
+                    q.copy_from_slice(&rng.next().to_le_bytes());
+                }
+            }
+        }
+        (Init::Weight { sigma }, GgmlType::Q6_K) => {
+            for b in out.chunks_exact_mut(210) {
+                // value = d·sc·(q − 32), q uniform on 0..64, sc on 32..112.
+                for q in b[..192].chunks_exact_mut(8) {
+                    q.copy_from_slice(&rng.next().to_le_bytes());
+                }
+                for sc in &mut b[192..208] {
+                    *sc = 32 + (rng.next() % 80) as u8;
+                }
+                b[208..].copy_from_slice(&rng.scale(sigma / (Q6K_STD * 72.0)).to_le_bytes());
+            }
+        }
         (Init::DenseF32 { sigma }, GgmlType::F32) => {
             for x in out.chunks_exact_mut(4) {
                 // Uniform on ±sigma·√3 has standard deviation sigma.
@@ -359,6 +419,24 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
         }
         (init, ty) => unreachable!("{}: no generator for {init:?} as {}", t.name, ty.name()),
     }
+}
+
+/// Standard deviation of a Q4_K code less its mean (uniform on 0..16) and of a Q6_K code less
+/// 32 (uniform on 0..64).
+const Q4K_STD: f32 = 4.61;
+const Q6K_STD: f32 = 18.5;
+
+/// Q4_K/Q5_K's 12 scale bytes from 6-bit scales and minimums (the inverse of
+/// `kernels_gpu::quant::get_scale_min_k4`): sub-blocks 0..4 in the low 6 bits of bytes j / j+4,
+/// 4..8 as a nibble each of byte j+4 plus two bits on top of bytes j−4 / j.
+fn pack_k4_scales(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    for j in 0..4 {
+        b[j] = (sc[j] & 63) | (sc[j + 4] >> 4) << 6;
+        b[j + 4] = (m[j] & 63) | (m[j + 4] >> 4) << 6;
+        b[j + 8] = (sc[j + 4] & 0xf) | (m[j + 4] & 0xf) << 4;
+    }
+    b
 }
 
 /// Replaces each zero nibble with 8, so Q4_0 quants (nibble - 8) are symmetric around zero.

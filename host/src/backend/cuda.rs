@@ -18,6 +18,7 @@ use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
+use kernels_gpu::quant::reblock::{self, ReblockError};
 
 use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
 use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
@@ -172,11 +173,29 @@ impl Cuda {
                     .collect();
                 Storage::F32(gpu.upload(&v)?)
             }
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::BF16 => {
+            GgmlType::Q4_K => match reblock_rows(data, rows, cols, name, &Q4_K_AS_Q4_1)? {
+                Some(q4_1) => {
+                    split::<formats::Q4_1>(gpu, GgmlType::Q4_1, &q4_1, rows, cols, name, mapped)?
+                }
+                // A scale past f16's range once multiplied out: keep the tensor, at f16.
+                None => Storage::F16(gpu.upload(&widen_to_f16(
+                    info.ggml_type,
+                    data,
+                    rows,
+                    cols,
+                    name,
+                )?)?),
+            },
+            GgmlType::Q6_K => {
+                let q6 = reblock_rows(data, rows, cols, name, &Q6_K_AS_Q6K)?
+                    .context("Q6_K re-blocking cannot fail on range")?;
+                split::<formats::Q6K>(gpu, GgmlType::Q6_K, &q6, rows, cols, name, mapped)?
+            }
+            GgmlType::Q5_K | GgmlType::BF16 => {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
             other => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, F16, F32 natively; Q4_K, Q5_K, Q6_K, BF16 widened to f16); use --device cpu",
+                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q6_K, F16, F32 natively; Q4_K as Q4_1; Q5_K, BF16 widened to f16); use --device cpu",
                 other.name()
             ),
         };
@@ -411,6 +430,11 @@ impl Cuda {
                 names::kiln_mma_q4_1,
                 names::kiln_mma_deep_q4_1,
                 formats::Q4_1::QS_WORDS,
+            ),
+            GgmlType::Q6_K => (
+                names::kiln_mma_q6k,
+                names::kiln_mma_deep_q6k,
+                formats::Q6K::QS_WORDS,
             ),
             _ => (
                 names::kiln_mma_q8_0,
@@ -1322,7 +1346,61 @@ impl Backend for Cuda {
     }
 }
 
-/// A tensor of a format the GPU has no kernels for (K-quants, BF16), dequantized on the host
+/// A K-quant's re-blocking by 32 for a split format (`kernels_gpu::quant::reblock`).
+struct Reblock {
+    from: GgmlType,
+    /// Bytes of one 256-element super-block, and of one 32-element block made from it.
+    super_bytes: usize,
+    block_bytes: usize,
+    run: fn(&[u8], &mut [u8]) -> Result<(), ReblockError>,
+}
+const Q4_K_AS_Q4_1: Reblock = Reblock {
+    from: GgmlType::Q4_K,
+    super_bytes: 144,
+    block_bytes: reblock::Q4_1_BYTES,
+    run: reblock::q4_k_as_q4_1,
+};
+const Q6_K_AS_Q6K: Reblock = Reblock {
+    from: GgmlType::Q6_K,
+    super_bytes: 210,
+    block_bytes: reblock::Q6K_BYTES,
+    run: reblock::q6_k,
+};
+
+/// A K-quant tensor's rows re-blocked by 32, row-parallel; `None` if a scale does not fit f16
+/// once multiplied out (Q4_K; the caller widens that tensor instead).
+fn reblock_rows(
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    name: &str,
+    r: &Reblock,
+) -> Result<Option<Vec<u8>>> {
+    use rayon::prelude::*;
+    let supers = cols / 256;
+    ensure!(
+        cols.is_multiple_of(256) && rows > 0 && data.len() == rows * supers * r.super_bytes,
+        "tensor {name}: {} bytes do not hold {rows}x{cols} {} values",
+        data.len(),
+        r.from.name()
+    );
+    let out_row = supers * 8 * r.block_bytes;
+    let mut out = vec![0u8; rows * out_row];
+    let done = out
+        .par_chunks_mut(out_row)
+        .zip(data.par_chunks(supers * r.super_bytes))
+        .try_for_each(|(dst, src)| (r.run)(src, dst));
+    match done {
+        Ok(()) => Ok(Some(out)),
+        Err(ReblockError::ScaleRange) => Ok(None),
+        Err(ReblockError::Size) => bail!(
+            "tensor {name}: re-blocking {} rows failed on sizes",
+            r.from.name()
+        ),
+    }
+}
+
+/// A tensor of a format the GPU has no kernels for (Q5_K, BF16), dequantized on the host
 /// and stored as f16 (the f16 mat-vec and embedding kernels take it): it runs, at 2 bytes per
 /// weight instead of 0.56–0.82. Said once per process on stderr, since VRAM and speed are not
 /// what the file's size suggests.
@@ -1337,7 +1415,7 @@ fn widen_to_f16(
     static NOTED: std::sync::Once = std::sync::Once::new();
     NOTED.call_once(|| {
         eprintln!(
-            "kiln: {} (and any other K-quant or BF16) weights have no GPU kernels yet: widened to f16 at load (more VRAM, slower decode than the file suggests)",
+            "kiln: {} (and any Q5_K or BF16) weights have no GPU kernels yet: widened to f16 at load (more VRAM, slower decode than the file suggests)",
             ty.name()
         )
     });
@@ -1371,50 +1449,58 @@ fn widen_to_f16(
     Ok(out)
 }
 
-/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0.
-type FormatEntries = [&'static str; 3];
+/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K.
+type FormatEntries = [&'static str; 4];
 const MATVEC: FormatEntries = [
     names::kiln_matvec_q4_0,
     names::kiln_matvec_q4_1,
     names::kiln_matvec_q8_0,
+    names::kiln_matvec_q6k,
 ];
 const MATVEC_WIDE: FormatEntries = [
     names::kiln_matvec_wide_q4_0,
     names::kiln_matvec_wide_q4_1,
     names::kiln_matvec_wide_q8_0,
+    names::kiln_matvec_wide_q6k,
 ];
 const MATVEC3: FormatEntries = [
     names::kiln_matvec3_q4_0,
     names::kiln_matvec3_q4_1,
     names::kiln_matvec3_q8_0,
+    names::kiln_matvec3_q6k,
 ];
 const MATVEC_F32X: FormatEntries = [
     names::kiln_matvec_f32x_q4_0,
     names::kiln_matvec_f32x_q4_1,
     names::kiln_matvec_f32x_q8_0,
+    names::kiln_matvec_f32x_q6k,
 ];
 const MATVEC_SWIGLU: FormatEntries = [
     names::kiln_matvec_swiglu_q4_0,
     names::kiln_matvec_swiglu_q4_1,
     names::kiln_matvec_swiglu_q8_0,
+    names::kiln_matvec_swiglu_q6k,
 ];
 const EMBED: FormatEntries = [
     names::kiln_embed_q4_0,
     names::kiln_embed_q4_1,
     names::kiln_embed_q8_0,
+    names::kiln_embed_q6k,
 ];
 const MATVEC3_WIDE: FormatEntries = [
     names::kiln_matvec3_wide_q4_0,
     names::kiln_matvec3_wide_q4_1,
     names::kiln_matvec3_wide_q8_0,
+    names::kiln_matvec3_wide_q6k,
 ];
 
-/// The entry of `entries` for split format `ty` (Q8_0 for anything not Q4_0/Q4_1: only the
-/// three split formats are stored split).
+/// The entry of `entries` for split format `ty` (Q8_0 for anything else: only the split
+/// formats are stored split; Q4_K is stored as Q4_1).
 fn by_format(ty: GgmlType, entries: FormatEntries) -> &'static str {
     match ty {
         GgmlType::Q4_0 => entries[0],
         GgmlType::Q4_1 => entries[1],
+        GgmlType::Q6_K => entries[3],
         _ => entries[2],
     }
 }

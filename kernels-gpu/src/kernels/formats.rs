@@ -4,7 +4,9 @@
 //!
 //! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
 //! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
-use crate::device::{dp4a_s32, f16_to_f32, fma_f16x2, fma_f32, mul_f16x2, prmt, sub_f16x2};
+use crate::device::{
+    dp4a_s32, f16_to_f32, f32_to_f16, fma_f16x2, fma_f32, mul_f16x2, prmt, sub_f16x2,
+};
 
 /// Elements per quant block of every split format.
 pub const QK: usize = 32;
@@ -77,14 +79,15 @@ pub trait SplitFormat: 'static {
         Self::scale_dot(
             acc,
             Self::scales(scale_bits),
-            Self::int_dot(qs, xq) as f32,
+            Self::int_dot(qs, scale_bits, xq) as f32,
             xd,
             xs,
         )
     }
 
-    /// Σ codes·xq over one block, exact (`dp4a`).
-    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32;
+    /// Σ codes·xq over one block, exact (`dp4a`); formats with integer sub-block scales in
+    /// `scale_bits` (Q6K) weight each sub-block's sum by its scale, still exactly.
+    fn int_dot(qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8]) -> i32;
 
     /// The block's scale data (`SCALE_BYTES` at `scale`, little-endian) in one aligned load.
     /// The mat-vec issues it together with the block's quants, so its latency overlaps theirs
@@ -119,10 +122,10 @@ pub trait SplitFormat: 'static {
     /// m·(1,1)]`: every scale is an f16 already, so this is a shuffle, not a conversion.
     fn scales_f16x2(raw: u32) -> [u32; 2];
 
-    /// Two elements as f16x2, rounded once from their exact values, given their unsigned codes
-    /// `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`]) and the
-    /// [`scales_f16x2`](Self::scales_f16x2).
-    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32;
+    /// Two elements of k-step `s` as f16x2, rounded once from their exact values, given their
+    /// unsigned codes `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`])
+    /// and the [`scales_f16x2`](Self::scales_f16x2).
+    fn dequant_f16x2(biased: u32, s: u32, scales: [u32; 2]) -> u32;
 
     /// Element `i` (0..32) of a block, dequantized.
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
@@ -212,7 +215,7 @@ impl SplitFormat for Q4_0 {
     const SCALE_BYTES: usize = 2;
     const GGUF_BYTES: usize = 18;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
         let mut sum_x = 0;
         let mut w = 0;
         while w < 8 {
@@ -242,7 +245,7 @@ impl SplitFormat for Q4_0 {
         [f16x2_splat(raw & 0xffff), 0]
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
         // 1024 + q − 1032 = q − 8 is exact in f16; the product is the one rounding.
         mul_f16x2(sub_f16x2(biased, F16_1032), scales[0])
     }
@@ -265,7 +268,7 @@ impl SplitFormat for Q4_1 {
     const SCALE_BYTES: usize = 4;
     const GGUF_BYTES: usize = 20;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
         nibble_dot(qs, xq)
     }
     #[inline(always)]
@@ -289,7 +292,7 @@ impl SplitFormat for Q4_1 {
         [f16x2_splat(raw & 0xffff), f16x2_splat(raw >> 16)]
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
         fma_f16x2(sub_f16x2(biased, F16_1024), scales[0], scales[1])
     }
     #[inline(always)]
@@ -311,7 +314,7 @@ impl SplitFormat for Q8_0 {
     const SCALE_BYTES: usize = 2;
     const GGUF_BYTES: usize = 34;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
         let mut s = 0;
         let mut w = 0;
         while w < 8 {
@@ -341,7 +344,7 @@ impl SplitFormat for Q8_0 {
         [f16x2_splat(raw & 0xffff), 0]
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
         mul_f16x2(sub_f16x2(biased, F16_1152), scales[0])
     }
     #[inline(always)]
@@ -357,6 +360,88 @@ impl SplitFormat for Q8_0 {
             i += 1;
         }
         half_at(scale) * s
+    }
+}
+
+/// Q6_K re-blocked by 32 at load ([`crate::quant::reblock::q6_k`], exact): value = d·sc·c with
+/// the super-block's `d` (f16), the 16-element sub-block's 8-bit scale `sc` and the 6-bit code
+/// `c = q − 32` stored as an i8. The scales word is `[sc_a, sc_b, d]`: `sc_a` for elements
+/// 0..16, `sc_b` for 16..32. The block is kiln's own (`GGUF_BYTES` names its 36 bytes, the
+/// scales word then the codes); no GGUF file holds it.
+pub struct Q6K;
+
+/// The i8 sub-block scale `i` (0, 1) of a [`Q6K`] scales word.
+#[inline(always)]
+fn q6_sub_scale(bits: u32, i: u32) -> i32 {
+    (bits >> (8 * i)) as u8 as i8 as i32
+}
+
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+impl SplitFormat for Q6K {
+    const QS_WORDS: usize = 8;
+    const SCALE_BYTES: usize = 4;
+    const GGUF_BYTES: usize = 36;
+    #[inline(always)]
+    fn int_dot(qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8]) -> i32 {
+        // |c| ≤ 32, |xq| ≤ 127, |sc| ≤ 128: each half ≤ 2²³, the sum < 2²⁴ (exact as f32).
+        let (mut a, mut b) = (0, 0);
+        let mut w = 0;
+        while w < 4 {
+            a = dp4a_s32(qs[w], xq[w], a);
+            b = dp4a_s32(qs[w + 4], xq[w + 4], b);
+            w += 1;
+        }
+        a * q6_sub_scale(scale_bits, 0) + b * q6_sub_scale(scale_bits, 1)
+    }
+    #[inline(always)]
+    fn scales(bits: u32) -> [f32; 2] {
+        [f16_to_f32((bits >> 16) as u16), 0.0]
+    }
+    #[inline(always)]
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
+        fma_f32(w[0], xd * dot, acc)
+    }
+    #[inline(always)]
+    fn step_word(s: u32, t: u32) -> u32 {
+        4 * s + t
+    }
+    #[inline(always)]
+    fn step_codes(word: u32, _s: u32) -> u32 {
+        word ^ 0x8080_8080 // s8 c → u8 c + 128
+    }
+    #[inline(always)]
+    fn scales_f16x2(raw: u32) -> [u32; 2] {
+        // Kept raw: a d·sc rounded to f16 would make each element two roundings.
+        [raw, 0]
+    }
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, s: u32, scales: [u32; 2]) -> u32 {
+        // Step s covers elements 16s..16s+16: sub-block s. c·sc (≤ 2¹² in magnitude) times the
+        // f16 d is exact in f32, so the conversion to f16 is the one rounding.
+        let (sc, d) = (
+            q6_sub_scale(scales[0], s),
+            f16_to_f32((scales[0] >> 16) as u16),
+        );
+        let value = |half: u32| ((((biased >> (16 * half)) & 0xff) as i32 - 128) * sc) as f32 * d;
+        f32_to_f16(value(0)) as u32 | (f32_to_f16(value(1)) as u32) << 16
+    }
+    #[inline(always)]
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
+        let bits = Self::scale_bits(scale);
+        let c = unsafe { *qs.add(i) } as i8 as i32;
+        (c * q6_sub_scale(bits, (i / 16) as u32)) as f32 * Self::scales(bits)[0]
+    }
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+        let bits = Self::scale_bits(scale);
+        let mut half = [0f32; 2];
+        let mut i = 0;
+        while i < 32 {
+            half[i / 16] += ((qs[i / 4] >> (8 * (i % 4))) as u8 as i8) as f32 * x[i];
+            i += 1;
+        }
+        Self::scales(bits)[0]
+            * (q6_sub_scale(bits, 0) as f32 * half[0] + q6_sub_scale(bits, 1) as f32 * half[1])
     }
 }
 

@@ -361,9 +361,9 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
                                         };
                                         let codes = F::step_codes(word, s as u32);
                                         frag[mi][s][h] =
-                                            F::dequant_f16x2(biased_f16x2(codes, 0), sc);
+                                            F::dequant_f16x2(biased_f16x2(codes, 0), s as u32, sc);
                                         frag[mi][s][2 + h] =
-                                            F::dequant_f16x2(biased_f16x2(codes, 2), sc);
+                                            F::dequant_f16x2(biased_f16x2(codes, 2), s as u32, sc);
                                     },
                                 )
                             },

@@ -220,3 +220,53 @@ fn zero_nibbles_become_eight() {
     );
     assert_eq!(no_zero_nibbles(u64::MAX), u64::MAX);
 }
+
+/// Q4_K_M: llama.cpp's mixture of Q4_K and Q6_K tensors, with weights of the intended magnitude,
+/// and the model runs on the CPU backend.
+#[test]
+fn tiny_llama_q4_k_m_mixes_k_quants_and_runs() {
+    let tok = Qwen3Tokenizer::load().unwrap();
+    let p = presets::find("tiny-llama").unwrap();
+    let path = TempPath::new("tiny-llama-q4km.gguf");
+    generate(p, Quant::Q4KM, 2, &path.0, &tok, false).unwrap();
+    let f = GgufFile::open(&path.0).unwrap();
+    assert_eq!(f.get_u32("general.file_type").unwrap(), 15);
+    let ty = |n: &str| f.tensor(n).unwrap().ggml_type;
+    assert_eq!(ty("output.weight"), GgmlType::Q6_K);
+    assert_eq!(ty("token_embd.weight"), GgmlType::Q4_K);
+    assert_eq!(ty("blk.0.attn_q.weight"), GgmlType::Q4_K);
+    assert_eq!(ty("blk.0.ffn_gate.weight"), GgmlType::Q4_K);
+    // use_more_bits over 2 layers: the last seventh-eighth onwards (layer 1), not layer 0.
+    for (l, want) in [(0, GgmlType::Q4_K), (1, GgmlType::Q6_K)] {
+        for t in ["attn_v", "ffn_down"] {
+            assert_eq!(ty(&format!("blk.{l}.{t}.weight")), want, "layer {l} {t}");
+        }
+    }
+    for name in ["blk.0.attn_q.weight", "blk.1.attn_v.weight"] {
+        let t = f.tensor(name).unwrap();
+        let mut w = vec![0f32; t.n_elements() as usize];
+        kiln_host::quant::dequantize_row(t.ggml_type, f.tensor_data(t), &mut w).unwrap();
+        let mean = w.iter().sum::<f32>() / w.len() as f32;
+        let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+        assert!(
+            mean.abs() < 1e-3 && (0.016..0.024).contains(&std),
+            "{name}: mean {mean} std {std}"
+        );
+    }
+    drop(f);
+    run_on_cpu(&path.0, 128_256);
+}
+
+#[test]
+fn k4_scale_packing_inverts_get_scale_min_k4() {
+    let sc = [0, 63, 17, 32, 48, 1, 62, 15];
+    let m = [63, 0, 5, 60, 33, 31, 2, 47];
+    let packed = pack_k4_scales(&sc, &m);
+    for j in 0..8 {
+        assert_eq!(
+            kernels_gpu::quant::get_scale_min_k4(j, &packed),
+            (sc[j], m[j]),
+            "sub-block {j}"
+        );
+    }
+}
