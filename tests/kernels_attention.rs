@@ -421,3 +421,218 @@ proptest! {
         check::<policies::SparkGb10>(max_ctx, n, hd, at)?;
     }
 }
+
+#[derive(Clone, Debug)]
+struct StepCase {
+    kv_heads: u32,
+    group: u32,
+    head_dim: u32,
+    /// Cached positions before the step's token.
+    pos0: u32,
+    spare: u32,
+    /// Rotate half the head (partial RoPE) instead of all of it.
+    partial: bool,
+    neox: bool,
+    norm: bool,
+    seed: u64,
+}
+
+/// Groups past one block's `MAX_GROUP` (slices), histories across chunk and split boundaries
+/// (host: short, the executor pays for every shuffle), caches larger than the history.
+fn step_case(max_pos: u32) -> impl Strategy<Value = StepCase> {
+    (
+        (1..=3u32, 1..=6u32, head_dim(), 0..max_pos, 0..300u32),
+        (any::<bool>(), any::<bool>(), any::<bool>(), seed()),
+    )
+        .prop_map(
+            |((kv_heads, group, head_dim, pos0, spare), (partial, neox, norm, seed))| StepCase {
+                kv_heads,
+                group,
+                head_dim,
+                pos0,
+                spare,
+                partial,
+                neox,
+                norm,
+                seed,
+            },
+        )
+}
+
+/// `attention_step` (decode pass 1 fused with QK-norm, RoPE and the KV store) writes, bit for
+/// bit, the cache rows and partials of `rope_store` followed by `attention_chunks`.
+fn attention_step(dev: &mut dyn Device, c: &StepCase) -> Result<(), TestCaseError> {
+    let (kvh, hd) = (c.kv_heads as usize, c.head_dim as usize);
+    let heads = kvh * c.group as usize;
+    let max_ctx = c.pos0 as usize + 1 + c.spare as usize;
+    let (h32, ctx32) = (heads as u32, max_ctx as u32);
+    let mut g = Gen::new(c.seed);
+    let hist_k = g.normals(c.pos0 as usize * kvh * hd, 1.0);
+    let hist_v = g.normals(c.pos0 as usize * kvh * hd, 1.0);
+    let (q, k, v) = (
+        g.normals(heads * hd, 1.0),
+        g.normals(kvh * hd, 1.0),
+        g.normals(kvh * hd, 1.0),
+    );
+    let qn: Vec<f32> = (0..hd).map(|_| 1.0 + 0.3 * g.normal()).collect();
+    let kn: Vec<f32> = (0..hd).map(|_| 1.0 + 0.3 * g.normal()).collect();
+    let rot_dim = if c.partial {
+        c.head_dim / 2
+    } else {
+        c.head_dim
+    };
+    let (log2_base, eps, scale) = (1e6f32.log2(), 1e-6f32, 1.0 / (hd as f32).sqrt());
+    let (zero, pos) = (upload(dev, &[0u32]), upload(dev, &[c.pos0]));
+    let (qb, kb, vb) = (upload(dev, &q), upload(dev, &k), upload(dev, &v));
+    let (qnb, knb) = (upload(dev, &qn), upload(dev, &kn));
+    let (qw, kw) = match c.norm {
+        true => (qnb.arg(), knb.arg()),
+        false => (Arg::Ptr(0), Arg::Ptr(0)),
+    };
+    // Two caches with the same history: one for each path.
+    let caches: Vec<(Buf, Buf)> = (0..2)
+        .map(|_| {
+            let kc = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
+            let vc = poisoned::<u16>(dev, kvh * max_ctx * hd, 0xff);
+            if c.pos0 > 0 {
+                let (hk, hv) = (upload(dev, &hist_k), upload(dev, &hist_v));
+                let threads = c.pos0 * c.kv_heads * c.head_dim;
+                let args = [
+                    hk.arg(),
+                    hv.arg(),
+                    kc.arg(),
+                    vc.arg(),
+                    Arg::U32(c.kv_heads),
+                    Arg::U32(c.head_dim),
+                    Arg::U32(ctx32),
+                    zero.arg(),
+                    Arg::U32(threads),
+                ];
+                dev.launch(names::kiln_kv_store, dev.shapes().flat(threads), &args);
+            }
+            (kc, vc)
+        })
+        .collect();
+    let scratch = dev.shapes().attention_scratch(h32, c.head_dim, 1, ctx32);
+    let parts = [
+        poisoned::<f32>(dev, scratch, 0xff),
+        poisoned::<f32>(dev, scratch, 0xff),
+    ];
+    let dims = dev
+        .shapes()
+        .attention_chunks(h32, c.kv_heads, c.head_dim, 1, ctx32);
+
+    // Two launches.
+    let q_out = poisoned::<f32>(dev, heads * hd, 0xff);
+    let (kc, vc) = &caches[0];
+    let shape = [Arg::U32(h32), Arg::U32(c.kv_heads), Arg::U32(c.head_dim)];
+    let rope_args = [
+        &[
+            qb.arg(),
+            kb.arg(),
+            vb.arg(),
+            qw,
+            kw,
+            q_out.arg(),
+            kc.arg(),
+            vc.arg(),
+        ][..],
+        &shape,
+        &[
+            Arg::U32(rot_dim),
+            Arg::U32(ctx32),
+            pos.arg(),
+            Arg::F32(log2_base),
+        ],
+        &[
+            Arg::U32(c.neox as u32),
+            Arg::U32(c.norm as u32),
+            Arg::F32(eps),
+        ],
+    ]
+    .concat();
+    let rope_dims = dev.shapes().rope_store(h32, c.kv_heads, 1);
+    dev.launch(names::kiln_rope_store, rope_dims, &rope_args);
+    let chunk_args = [
+        &[q_out.arg(), kc.arg(), vc.arg(), parts[0].arg(), pos.arg()][..],
+        &shape,
+        &[Arg::U32(ctx32), Arg::F32(scale)],
+    ]
+    .concat();
+    dev.launch(names::kiln_attention_chunks, dims, &chunk_args);
+
+    // One launch.
+    let (kc, vc) = &caches[1];
+    let step_args = [
+        &[
+            qb.arg(),
+            kb.arg(),
+            vb.arg(),
+            qw,
+            kw,
+            kc.arg(),
+            vc.arg(),
+            parts[1].arg(),
+            pos.arg(),
+        ][..],
+        &shape,
+        &[
+            Arg::U32(rot_dim),
+            Arg::U32(ctx32),
+            Arg::F32(scale),
+            Arg::F32(log2_base),
+        ],
+        &[Arg::U32(c.neox as u32), Arg::F32(eps)],
+    ]
+    .concat();
+    dev.launch(names::kiln_attention_step, dims, &step_args);
+
+    let (p0, p1) = (
+        download::<u32>(dev, &parts[0]),
+        download::<u32>(dev, &parts[1]),
+    );
+    prop_assert!(
+        p0.iter().any(|&w| f32::from_bits(w).is_finite()),
+        "{}: no partial written",
+        dev.label()
+    );
+    if let Some(i) = (0..p0.len()).find(|&i| p0[i] != p1[i]) {
+        prop_assert!(
+            false,
+            "{}: partial float {i} differs: {} (two launches) vs {} (fused)",
+            dev.label(),
+            f32::from_bits(p0[i]),
+            f32::from_bits(p1[i])
+        );
+    }
+    for (what, a, b) in [
+        ("K cache", &caches[0].0, &caches[1].0),
+        ("V cache", &caches[0].1, &caches[1].1),
+    ] {
+        let (a, b) = (download::<u16>(dev, a), download::<u16>(dev, b));
+        prop_assert!(a == b, "{}: {what} differs", dev.label());
+        // The new row was stored (f16 NaN poison is 0xffff).
+        let row = |h: usize| &b[(h * max_ctx + c.pos0 as usize) * hd..][..hd];
+        prop_assert!(
+            (0..kvh).all(|h| row(h).iter().all(|&x| x != 0xffff)),
+            "{}: {what}: the new row was not stored",
+            dev.label()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn host_attention_step() {
+    common::run_host(common::host_cases(), step_case(200), attention_step);
+}
+
+#[test]
+fn gpu_attention_step() {
+    common::run_gpu(
+        "gpu_attention_step",
+        common::gpu_cases(),
+        step_case(5000),
+        attention_step,
+    );
+}
