@@ -91,9 +91,6 @@ pub struct Cuda {
     matvec_wide: bool,
     /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
     matvec3_wide: bool,
-    /// Decode attention's pass 1 also does QK-norm, RoPE and the KV store (`KILN_ATTN_STEP=0`:
-    /// the separate `rope_store` launch).
-    attention_step: bool,
 }
 
 impl Cuda {
@@ -105,7 +102,6 @@ impl Cuda {
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
-            attention_step: std::env::var("KILN_ATTN_STEP").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -139,7 +135,6 @@ impl Cuda {
             gemm_deep: true,
             matvec_wide: true,
             matvec3_wide: true,
-            attention_step: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -271,9 +266,8 @@ impl Cuda {
         self.step_arg(0, &[to_u32(pos, "position")?])
     }
 
-    /// Split-KV attention of `q` over `layer` of the cache: pass 1 into a scratch of partials,
-    /// pass 2 into the output. The cache already holds this step's keys and values, unless
-    /// `step` hands pass 1 the token's raw rows to norm, rotate and store itself.
+    /// Split-KV attention of `q` over `layer` of the cache (already holding this step's keys
+    /// and values): pass 1 into a scratch of partials, pass 2 into the output.
     fn attend_cached(
         &self,
         cache: &CudaKvCache,
@@ -281,7 +275,6 @@ impl Cuda {
         q: &CudaTensor,
         pos_d: Arg,
         attn: &Attention,
-        step: Option<StepRows>,
     ) -> Result<CudaTensor> {
         let sh = self.gpu.shapes();
         let (heads, kv_heads, head_dim) = (
@@ -296,11 +289,7 @@ impl Cuda {
         // Prefill chunks: tensor-core attention, K/V read once per 64 tokens instead of once
         // per token. Its f16 operands are for the default mode; f32-activation mode keeps the
         // f32 split-KV kernels.
-        if step.is_none()
-            && tokens >= FLASH_MIN_TOKENS
-            && flash::flash_supports(head_dim)
-            && !self.f32_activations
-        {
+        if tokens >= FLASH_MIN_TOKENS && flash::flash_supports(head_dim) && !self.f32_activations {
             let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
             let args = [
                 q.arg(),
@@ -325,53 +314,21 @@ impl Cuda {
             return Ok(out);
         }
         let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
-        let (kc, vc) = (cache.k[layer].arg(), cache.v[layer].arg());
-        let (heads_a, kv_a, hd_a) = (Arg::U32(heads), Arg::U32(kv_heads), Arg::U32(head_dim));
-        let (ctx_a, scale_a) = (Arg::U32(max_ctx), Arg::F32(attn.scale));
-        let (entry, args) = match step {
-            None => (
-                names::kiln_attention_chunks,
-                vec![
-                    q.arg(),
-                    kc,
-                    vc,
-                    scratch.arg(),
-                    pos_d,
-                    heads_a,
-                    kv_a,
-                    hd_a,
-                    ctx_a,
-                    scale_a,
-                ],
-            ),
-            Some(s) => {
-                ensure!(
-                    tokens == 1,
-                    "a fused attention step takes one token, not {tokens}"
-                );
-                let rope = [Arg::F32(s.log2_base), Arg::U32(s.neox), Arg::F32(s.eps)];
-                let rows = [
-                    q.arg(),
-                    s.k,
-                    s.v,
-                    s.q_norm,
-                    s.k_norm,
-                    kc,
-                    vc,
-                    scratch.arg(),
-                    pos_d,
-                ];
-                let shape = [heads_a, kv_a, hd_a, Arg::U32(s.rot_dim), ctx_a, scale_a];
-                (
-                    names::kiln_attention_step,
-                    [&rows[..], &shape[..], &rope[..]].concat(),
-                )
-            }
-        };
         self.gpu.launch(
-            entry,
+            names::kiln_attention_chunks,
             sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
-            &args,
+            &[
+                q.arg(),
+                cache.k[layer].arg(),
+                cache.v[layer].arg(),
+                scratch.arg(),
+                pos_d,
+                Arg::U32(heads),
+                Arg::U32(kv_heads),
+                Arg::U32(head_dim),
+                Arg::U32(max_ctx),
+                Arg::F32(attn.scale),
+            ],
         )?;
         let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
         // The output projection reads Q8_1 activations: emit them here (not in f32 mode).
@@ -1114,7 +1071,7 @@ impl Backend for Cuda {
                 u32_arg(store_threads, "kv size")?,
             ],
         )?;
-        self.attend_cached(cache, layer, q, pos_d, attn, None)
+        self.attend_cached(cache, layer, q, pos_d, attn)
     }
 
     fn rope_attention(
@@ -1157,26 +1114,8 @@ impl Backend for Cuda {
             to_u32(attn.n_head, "heads")?,
             to_u32(attn.n_kv_head, "kv heads")?,
         );
-        let (qw, kw) = norms.unwrap_or((Arg::Ptr(0), Arg::Ptr(0)));
-        let (log2_base, neox) = (
-            rope.freq_base.log2(),
-            u32::from(rope.style == RopeStyle::Neox),
-        );
-        if q.rows == 1 && self.attention_step {
-            // Decode: pass 1 norms, rotates and stores the token's rows itself.
-            let step = StepRows {
-                k: k.arg(),
-                v: v.arg(),
-                q_norm: qw,
-                k_norm: kw,
-                rot_dim: to_u32(rope.rot_dim, "rot_dim")?,
-                log2_base,
-                neox,
-                eps,
-            };
-            return self.attend_cached(cache, layer, &q, pos_d, attn, Some(step));
-        }
         let q_out = self.tensor(q.rows, q.cols)?;
+        let (qw, kw) = norms.unwrap_or((Arg::Ptr(0), Arg::Ptr(0)));
         self.gpu.launch(
             names::kiln_rope_store,
             self.gpu
@@ -1197,13 +1136,13 @@ impl Backend for Cuda {
                 u32_arg(rope.rot_dim, "rot_dim")?,
                 u32_arg(spec.max_seq, "context")?,
                 pos_d,
-                Arg::F32(log2_base),
-                Arg::U32(neox),
+                Arg::F32(rope.freq_base.log2()),
+                Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
                 Arg::U32(u32::from(norms.is_some())),
                 Arg::F32(eps),
             ],
         )?;
-        self.attend_cached(cache, layer, &q_out, pos_d, attn, None)
+        self.attend_cached(cache, layer, &q_out, pos_d, attn)
     }
 
     fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
@@ -1405,19 +1344,6 @@ impl Backend for Cuda {
             None => self.replay(key, tokens), // recorded, not yet run
         }
     }
-}
-
-/// A decode token's raw K/V rows and what `rope_store` would apply to them, for the attention
-/// pass 1 that does it itself (`kiln_attention_step`). Null norms: no QK-norm.
-struct StepRows {
-    k: Arg,
-    v: Arg,
-    q_norm: Arg,
-    k_norm: Arg,
-    rot_dim: u32,
-    log2_base: f32,
-    neox: u32,
-    eps: f32,
 }
 
 /// A K-quant's re-blocking by 32 for a split format (`kernels_gpu::quant::reblock`).

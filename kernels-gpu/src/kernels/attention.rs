@@ -13,7 +13,6 @@
 //! CUDA graph) serves every decode step up to the cache size.
 use crate::device::*;
 use crate::kernels::matvec::quantize_block;
-use crate::kernels::norm::{HeadRope, norm_rope_head};
 use core::f32::consts::LOG2_E;
 use policies::TargetPolicy;
 
@@ -119,103 +118,6 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     max_ctx: u32,
     scale: f32,
 ) {
-    unsafe {
-        pass1::<P>(
-            q, k, v, part, pos, heads, kv_heads, head_dim, max_ctx, scale, None,
-        )
-    }
-}
-
-/// What a decode step's pass 1 does first when it is also the step's QK-norm, RoPE and KV
-/// store ([`attention_step`]): the raw `k`/`v` rows of the step's token, the norm weights (null:
-/// none) and where the cache rows go.
-#[derive(Clone, Copy)]
-struct Fresh {
-    k: *const f32,
-    v: *const f32,
-    q_norm: *const f32,
-    k_norm: *const f32,
-    k_cache: *mut u16,
-    v_cache: *mut u16,
-    rope: HeadRope,
-    eps: f32,
-}
-
-/// Pass 1 of one decode token (`grid_y` = 1) fused with `norm::rope_store`: each block applies
-/// QK-norm and RoPE to its own query heads (raw `q`, `heads × head_dim`), and the block of the
-/// split holding the new position does the same to the token's key row and stores it and the
-/// value row in the cache (`k_cache`, `v_cache`), using them from shared memory itself. The
-/// same functions as `rope_store` compute every value, so the partials and cache rows are bit
-/// for bit those of `rope_store` + [`attention_chunks`] — one launch fewer per layer.
-/// Launch: [`launch::attention_chunks`](crate::kernels::launch::attention_chunks) for 1 token.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn attention_step<P: TargetPolicy>(
-    q: *const f32,
-    k: *const f32,
-    v: *const f32,
-    q_norm: *const f32,
-    k_norm: *const f32,
-    k_cache: *mut u16,
-    v_cache: *mut u16,
-    part: *mut f32,
-    pos: *const u32,
-    heads: u32,
-    kv_heads: u32,
-    head_dim: u32,
-    rot_dim: u32,
-    max_ctx: u32,
-    scale: f32,
-    log2_base: f32,
-    neox: u32,
-    eps: f32,
-) {
-    let fresh = Fresh {
-        k,
-        v,
-        q_norm,
-        k_norm,
-        k_cache,
-        v_cache,
-        rope: HeadRope {
-            rot_dim,
-            log2_base,
-            neox,
-        },
-        eps,
-    };
-    let (kc, vc) = (k_cache as *const u16, v_cache as *const u16);
-    unsafe {
-        pass1::<P>(
-            q,
-            kc,
-            vc,
-            part,
-            pos,
-            heads,
-            kv_heads,
-            head_dim,
-            max_ctx,
-            scale,
-            Some(fresh),
-        )
-    }
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn pass1<P: TargetPolicy>(
-    q: *const f32,
-    k: *const u16,
-    v: *const u16,
-    part: *mut f32,
-    pos: *const u32,
-    heads: u32,
-    kv_heads: u32,
-    head_dim: u32,
-    max_ctx: u32,
-    scale: f32,
-    fresh: Option<Fresh>,
-) {
     let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
     let (per_block, slices) = head_slices(heads, kv_heads);
     let (slice, split, kvh, t) = (
@@ -237,56 +139,13 @@ unsafe fn pass1<P: TargetPolicy>(
     let rows = WARP / lanes; // rows a warp reads per step, `lanes` lanes each
     let (sub, dim0) = (lane() / lanes, (lane() % lanes) * VEC as u32);
     let active = dim0 < head_dim;
-    let hd = head_dim as usize;
-    let smem: *mut f32 = shared_mem();
-    // A fused step's rows in shared memory, past `block_sum_f64`'s scratch (one f64 per warp):
-    // the group's normed and rotated queries (f32), then the new K and V rows (f16 bits, as the
-    // cache holds them). `merge_floats` of the records is always larger.
-    let staged_q = unsafe { smem.add(2 * warps as usize) };
-    let staged_kv = unsafe { staged_q.add(per_block as usize * hd) } as *mut u16;
-    let newest = len - 1;
-    // This block holds the new position: it stages that row and reads it from shared memory.
-    let owns_new = fresh.is_some() && end == len;
-    if let Some(f) = fresh {
-        for g in 0..gs {
-            let row = unsafe { q.add((h0 as usize + g) * hd) };
-            let out = |c: u32, x: f32| unsafe { *staged_q.add(g * hd + c as usize) = x };
-            unsafe { norm_rope_head(row, head_dim, f.q_norm, f.eps, newest, Some(f.rope), out) };
-        }
-        if owns_new {
-            // Slice 0 of the split holding the new position stores it; any other slice of the
-            // group only needs it in shared memory.
-            let cache_row = ((kvh * max_ctx + newest) * head_dim) as usize;
-            let put = |c: u32, x: f32, at: usize, cache: *mut u16| {
-                let h = f32_to_f16(x);
-                unsafe { *staged_kv.add(at + c as usize) = h };
-                if slice == 0 {
-                    unsafe { *cache.add(cache_row + c as usize) = h };
-                }
-            };
-            let (kr, vr) = unsafe { (f.k.add(kvh as usize * hd), f.v.add(kvh as usize * hd)) };
-            let (k_rope, no) = (Some(f.rope), core::ptr::null());
-            unsafe {
-                norm_rope_head(kr, head_dim, f.k_norm, f.eps, newest, k_rope, |c, x| {
-                    put(c, x, 0, f.k_cache)
-                });
-                norm_rope_head(vr, head_dim, no, f.eps, newest, None, |c, x| {
-                    put(c, x, hd, f.v_cache)
-                });
-            }
-        }
-        sync_threads();
-    }
     // Queries pre-scaled into the exp2 domain: 2^(s·log2 e) = e^s. Register arrays are only
     // indexed in loops of constant trip count with the run-time bound as a guard inside, so
     // every index is a constant after unrolling (a run-time bound puts them in local memory).
     let mut qs = [[0f32; VEC]; MAX_GROUP as usize];
     for (g, qg) in qs.iter_mut().enumerate() {
         if g < gs && active {
-            let row = match fresh {
-                Some(_) => unsafe { staged_q.add(g * hd + dim0 as usize) }.cast_const(),
-                None => unsafe { q.add(((t * heads + h0 + g as u32) * head_dim + dim0) as usize) },
-            };
+            let row = unsafe { q.add(((t * heads + h0 + g as u32) * head_dim + dim0) as usize) };
             for (j, x) in qg.iter_mut().enumerate() {
                 *x = unsafe { *row.add(j) } * scale * LOG2_E;
             }
@@ -298,11 +157,7 @@ unsafe fn pass1<P: TargetPolicy>(
     let step = warps * rows;
     let mine = start + warp_id() * rows + sub; // this lane's row in the first step
     let load = |p: u32| {
-        if owns_new && p == newest && active {
-            // Written by this kernel: from shared memory (the `.nc` path may not see it).
-            let at = |o: usize| unsafe { *(staged_kv.add(o + dim0 as usize) as *const [u32; 4]) };
-            (at(0), at(hd))
-        } else if p < end && active {
+        if p < end && active {
             let at = |cache: *const u16| unsafe {
                 cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize)
             } as *const u32;
@@ -338,9 +193,7 @@ unsafe fn pass1<P: TargetPolicy>(
         }
         b += step;
     }
-    if fresh.is_some() {
-        sync_threads(); // the records below overwrite the staged rows other warps may still read
-    }
+    let smem: *mut f32 = shared_mem();
     let slot = warp_id() * rows + sub;
     for (g, r) in run.iter().enumerate() {
         if g < gs {

@@ -264,10 +264,10 @@ pub unsafe fn rope_store<P: TargetPolicy>(
 /// RoPE parameters of one head: its first `rot_dim` dims rotate (pairing and angles as
 /// [`rope`](crate::kernels::elementwise::rope)).
 #[derive(Clone, Copy)]
-pub(crate) struct HeadRope {
-    pub rot_dim: u32,
-    pub log2_base: f32,
-    pub neox: u32,
+struct HeadRope {
+    rot_dim: u32,
+    log2_base: f32,
+    neox: u32,
 }
 
 /// One head row `x` (`head_dim` long): RMSNorm scaled by `w` (none when `w` is null), then
@@ -275,7 +275,7 @@ pub(crate) struct HeadRope {
 /// Every thread of the block must call (the norm's reduction).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn norm_rope_head(
+unsafe fn norm_rope_head(
     x: *const f32,
     head_dim: u32,
     w: *const f32,
