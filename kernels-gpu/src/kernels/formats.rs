@@ -109,7 +109,11 @@ pub trait SplitFormat: 'static {
     /// both finish every block with this, so they agree up to the order in which blocks are
     /// summed. Fused multiply-adds: in the GEMM this runs once per output element and block, and
     /// the f32 pipe is its bound.
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32;
+    /// This default is the scale-only form (`d_w·d_x·dot`); formats with a minimum override it.
+    #[inline(always)]
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
+        fma_f32(w[0], xd * dot, acc)
+    }
 
     /// The quant word (0..QS_WORDS) holding elements `16s + 4t .. 16s + 4t + 4`: what lane
     /// `t` of a quad takes for k-step `s` (0, 1) of a block in the f16 GEMM (`kernels/mma.rs`).
@@ -194,6 +198,19 @@ pub fn biased_f16x2(codes: u32, lo: u32) -> u32 {
     prmt(codes, 0x6464_6464, 0x4040 + lo + ((lo + 1) << 8))
 }
 
+/// [`SplitFormat::step_word`] of the byte-code formats (Q8_0, Q6K): one code per byte, so the
+/// word of elements `16s + 4t ..` is `4s + t`.
+#[inline(always)]
+fn s8_step_word(s: u32, t: u32) -> u32 {
+    4 * s + t
+}
+
+/// [`SplitFormat::step_codes`] of the byte-code formats: s8 `c` → u8 `c + 128`.
+#[inline(always)]
+fn s8_step_codes(word: u32) -> u32 {
+    word ^ 0x8080_8080
+}
+
 /// f16x2 of (`v`, `v`).
 const fn f16x2_splat(v: u32) -> u32 {
     v | v << 16
@@ -227,10 +244,6 @@ impl SplitFormat for Q4_0 {
     #[inline(always)]
     fn scales(bits: u32) -> [f32; 2] {
         [f16_to_f32(bits as u16), 0.0]
-    }
-    #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
-        fma_f32(w[0], xd * dot, acc)
     }
     #[inline(always)]
     fn step_word(_s: u32, t: u32) -> u32 {
@@ -328,16 +341,12 @@ impl SplitFormat for Q8_0 {
         [f16_to_f32(bits as u16), 0.0]
     }
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
-        fma_f32(w[0], xd * dot, acc)
-    }
-    #[inline(always)]
     fn step_word(s: u32, t: u32) -> u32 {
-        4 * s + t
+        s8_step_word(s, t)
     }
     #[inline(always)]
     fn step_codes(word: u32, _s: u32) -> u32 {
-        word ^ 0x8080_8080 // s8 q → u8 q + 128
+        s8_step_codes(word)
     }
     #[inline(always)]
     fn scales_f16x2(raw: u32) -> [u32; 2] {
@@ -398,16 +407,12 @@ impl SplitFormat for Q6K {
         [f16_to_f32((bits >> 16) as u16), 0.0]
     }
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
-        fma_f32(w[0], xd * dot, acc)
-    }
-    #[inline(always)]
     fn step_word(s: u32, t: u32) -> u32 {
-        4 * s + t
+        s8_step_word(s, t)
     }
     #[inline(always)]
     fn step_codes(word: u32, _s: u32) -> u32 {
-        word ^ 0x8080_8080 // s8 c → u8 c + 128
+        s8_step_codes(word)
     }
     #[inline(always)]
     fn scales_f16x2(raw: u32) -> [u32; 2] {
