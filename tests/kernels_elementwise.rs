@@ -202,6 +202,7 @@ fn embed_case() -> impl Strategy<Value = EmbedCase> {
         Table::Block(BlockFormat::Q4_1),
         Table::Block(BlockFormat::Q8_0),
         Table::Block(BlockFormat::Q6K),
+        Table::Block(BlockFormat::Q5K),
         Table::F16,
     ]);
     (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
@@ -266,6 +267,10 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
                 BlockFormat::Q6K => (
                     split::<formats::Q6K>(&gguf, vocab, cols),
                     names::kiln_embed_q6k,
+                ),
+                BlockFormat::Q5K => (
+                    split::<formats::Q5K>(&gguf, vocab, cols),
+                    names::kiln_embed_q5k,
                 ),
             };
             let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));

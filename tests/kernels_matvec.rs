@@ -132,6 +132,8 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         (BlockFormat::Q8_0, true) => names::kiln_matvec_wide_q8_0,
         (BlockFormat::Q6K, false) => names::kiln_matvec_q6k,
         (BlockFormat::Q6K, true) => names::kiln_matvec_wide_q6k,
+        (BlockFormat::Q5K, false) => names::kiln_matvec_q5k,
+        (BlockFormat::Q5K, true) => names::kiln_matvec_wide_q5k,
     };
     let (sh, r) = (dev.shapes(), rows as u32);
     let all = match c.wide {
@@ -327,12 +329,14 @@ fn entry(
     q4_1: &'static str,
     q8_0: &'static str,
     q6k: &'static str,
+    q5k: &'static str,
 ) -> &'static str {
     match fmt {
         BlockFormat::Q4_0 => q4_0,
         BlockFormat::Q4_1 => q4_1,
         BlockFormat::Q8_0 => q8_0,
         BlockFormat::Q6K => q6k,
+        BlockFormat::Q5K => q5k,
     }
 }
 
@@ -372,6 +376,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_q4_1,
                 names::kiln_matvec3_q8_0,
                 names::kiln_matvec3_q6k,
+                names::kiln_matvec3_q5k,
             ),
         ),
         true => (
@@ -382,6 +387,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_wide_q4_1,
                 names::kiln_matvec3_wide_q8_0,
                 names::kiln_matvec3_wide_q6k,
+                names::kiln_matvec3_wide_q5k,
             ),
         ),
     };
@@ -437,6 +443,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
             names::kiln_matvec_swiglu_q4_1,
             names::kiln_matvec_swiglu_q8_0,
             names::kiln_matvec_swiglu_q6k,
+            names::kiln_matvec_swiglu_q5k,
         ),
         dims,
         &sargs,
@@ -497,6 +504,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
             names::kiln_matvec_f32x_q4_1,
             names::kiln_matvec_f32x_q8_0,
             names::kiln_matvec_f32x_q6k,
+            names::kiln_matvec_f32x_q5k,
         ),
         dims,
         &args,
@@ -517,14 +525,17 @@ kernel_properties! {
     host_matvec_f32x_q4_1, gpu_matvec_f32x_q4_1: qcase(BlockFormat::Q4_1) => matvec_f32x;
     host_matvec_f32x_q8_0, gpu_matvec_f32x_q8_0: qcase(BlockFormat::Q8_0) => matvec_f32x;
     host_matvec_f32x_q6k, gpu_matvec_f32x_q6k: qcase(BlockFormat::Q6K) => matvec_f32x;
+    host_matvec_f32x_q5k, gpu_matvec_f32x_q5k: qcase(BlockFormat::Q5K) => matvec_f32x;
     host_matvec_fused_q4_0, gpu_matvec_fused_q4_0: fused_case(BlockFormat::Q4_0) => matvec_fused;
     host_matvec_fused_q4_1, gpu_matvec_fused_q4_1: fused_case(BlockFormat::Q4_1) => matvec_fused;
     host_matvec_fused_q8_0, gpu_matvec_fused_q8_0: fused_case(BlockFormat::Q8_0) => matvec_fused;
     host_matvec_fused_q6k, gpu_matvec_fused_q6k: fused_case(BlockFormat::Q6K) => matvec_fused;
+    host_matvec_fused_q5k, gpu_matvec_fused_q5k: fused_case(BlockFormat::Q5K) => matvec_fused;
     host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
     host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
     host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;
     host_matvec_q6k, gpu_matvec_q6k: qcase(BlockFormat::Q6K) => matvec_quantized;
+    host_matvec_q5k, gpu_matvec_q5k: qcase(BlockFormat::Q5K) => matvec_quantized;
     host_matvec_f16, gpu_matvec_f16: f16_case() => matvec_f16;
 }
 
@@ -536,6 +547,7 @@ fn gpu_matvec_large() {
         BlockFormat::Q4_1,
         BlockFormat::Q8_0,
         BlockFormat::Q6K,
+        BlockFormat::Q5K,
     ]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
     let case = (
@@ -576,7 +588,9 @@ fn reference_dequant_matches_gguf_block_types() {
                 BlockFormat::Q4_0 => layout::<BlockQ4_0>(block),
                 BlockFormat::Q4_1 => layout::<BlockQ4_1>(block),
                 BlockFormat::Q8_0 => layout::<BlockQ8_0>(block),
-                BlockFormat::Q6K => unreachable!("not a GGUF block: see the re-blocking test"),
+                BlockFormat::Q6K | BlockFormat::Q5K => {
+                    unreachable!("not a GGUF block: see the re-blocking test")
+                }
             };
             let got = r::dequantize_block(fmt, block);
             for i in 0..QK {
@@ -593,12 +607,12 @@ fn reference_dequant_matches_gguf_block_types() {
 }
 
 /// K-quant super-blocks re-blocked by 32 at load (`kernels_gpu::quant::reblock`) hold the values
-/// llama.cpp's layout gives them: Q6_K → Q6K exactly; Q4_K → Q4_1 up to the f16 rounding of
-/// each sub-block's d·sc and dmin·m (2⁻¹¹ relative of each, so of |d·sc·q| + |dmin·m|).
+/// llama.cpp's layout gives them: Q6_K → Q6K exactly; Q4_K → Q4_1 and Q5_K → Q5K up to the f16
+/// rounding of each sub-block's d·sc and dmin·m (2⁻¹¹ relative of each, so of |d·sc·q| + |dmin·m|).
 #[test]
 fn reblocked_k_quants_hold_the_gguf_values() {
     use kernels_gpu::quant::reblock::{self, Q4_1_BYTES, Q6K_BYTES};
-    use kernels_gpu::quant::{BlockQ4K, BlockQ6K, QuantBlock, f16_to_f32};
+    use kernels_gpu::quant::{BlockQ4K, BlockQ5K, BlockQ6K, QuantBlock, f16_to_f32};
     let mut g = Gen::new(11);
     let supers = 24;
     let mut want = vec![0f32; 256];
@@ -645,7 +659,34 @@ fn reblocked_k_quants_hold_the_gguf_values() {
             );
         }
     }
+    // Q5_K: d, dmin first, then the 12 scale bytes, 32 bytes of fifth bits, 128 of nibbles.
+    let mut q5 = vec![0u8; supers * 176];
+    q5.iter_mut().for_each(|b| *b = g.byte());
+    for s in 0..supers {
+        for at in [0, 2] {
+            let d = g.magnitude(-4.0, -1.0);
+            q5[s * 176 + at..s * 176 + at + 2].copy_from_slice(&g.f16_bits(d).to_le_bytes());
+        }
+    }
+    let mut out5 = vec![0u8; supers * 8 * reblock::Q5K_BYTES];
+    reblock::q5_k(&q5, &mut out5).unwrap();
+    let got5 = r::dequantize(BlockFormat::Q5K, &out5, supers, 256);
+    for s in 0..supers {
+        let b = BlockQ5K::read(&q5[s * 176..]).unwrap();
+        b.dequant(&mut want);
+        let (d, dmin) = (f16_to_f32(b.d) as f64, f16_to_f32(b.dmin) as f64);
+        for i in 0..256 {
+            let (got, w) = (got5[s * 256 + i], want[i] as f64);
+            let (sc, m) = kernels_gpu::quant::get_scale_min_k4(i / 32, &b.scales);
+            let bound = 2f64.powi(-11) * (d * sc as f64 * 31.0 + dmin * m as f64) + 1e-30;
+            assert!(
+                (got - w).abs() <= bound,
+                "Q5_K super {s} elem {i}: {got} vs {w} (bound {bound:.2e})"
+            );
+        }
+    }
     // Wrong sizes are refused, not truncated.
+    assert!(reblock::q5_k(&q5[..175], &mut out5).is_err());
     assert!(reblock::q6_k(&q6[..209], &mut out6).is_err());
     assert!(reblock::q4_k_as_q4_1(&q4, &mut out4[..20]).is_err());
 }

@@ -1,4 +1,4 @@
-//! Properties of `kernels/mma.rs`, the tensor-core GEMM over split Q4_0/Q4_1/Q8_0/Q6K weights and
+//! Properties of `kernels/mma.rs`, the tensor-core GEMM over split Q4_0/Q4_1/Q8_0/Q6K/Q5K weights and
 //! f16 activations (from the `to_f16` kernel): against float64 on the very values the tensor
 //! cores multiply (each weight dequantized and rounded once to f16, each activation rounded to
 //! f16), where only the f32 accumulation may differ; and against float64 on the exact weights
@@ -76,6 +76,11 @@ fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
             names::kiln_mma_q6k,
             names::kiln_mma_deep_q6k,
             formats::Q6K::QS_WORDS,
+        ),
+        BlockFormat::Q5K => (
+            names::kiln_mma_q5k,
+            names::kiln_mma_deep_q5k,
+            formats::Q5K::QS_WORDS,
         ),
     };
     (if deep { deep_name } else { main }, words as u32)
@@ -240,6 +245,7 @@ kernel_properties! {
     host_mma_q4_1, gpu_mma_q4_1: case(BlockFormat::Q4_1) => gemm;
     host_mma_q8_0, gpu_mma_q8_0: case(BlockFormat::Q8_0) => gemm;
     host_mma_q6k, gpu_mma_q6k: case(BlockFormat::Q6K) => gemm;
+    host_mma_q5k, gpu_mma_q5k: case(BlockFormat::Q5K) => gemm;
 }
 
 /// Model-sized shapes (thousands of rows, up to 4096 columns, hundreds of tokens): GPU only.
@@ -250,6 +256,7 @@ fn gpu_mma_large() {
         BlockFormat::Q4_1,
         BlockFormat::Q8_0,
         BlockFormat::Q6K,
+        BlockFormat::Q5K,
     ]);
     let case = (
         formats,

@@ -6,13 +6,14 @@
 //! Layouts are `row-major` with the same shapes the kernel docs state.
 
 /// The 32-element block formats the GPU keeps in split layout. `Q6K` is kiln's re-blocking
-/// of Q6_K by 32 (`kernels_gpu::quant::reblock::q6_k`), not a GGUF type.
+/// of Q6_K by 32 (`kernels_gpu::quant::reblock::q6_k`), not a GGUF type; `Q5K` likewise of Q5_K.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockFormat {
     Q4_0,
     Q4_1,
     Q8_0,
     Q6K,
+    Q5K,
 }
 
 /// Elements per block of every [`BlockFormat`].
@@ -25,7 +26,7 @@ impl BlockFormat {
             BlockFormat::Q4_0 => 18,
             BlockFormat::Q4_1 => 20,
             BlockFormat::Q8_0 => 34,
-            BlockFormat::Q6K => 36,
+            BlockFormat::Q6K | BlockFormat::Q5K => 36,
         }
     }
 }
@@ -37,7 +38,7 @@ fn half(bytes: &[u8], at: usize) -> f64 {
 /// Dequantize one GGUF block:
 /// Q4_0 `{d: f16, qs: [u8; 16]}` → d·(q − 8); Q4_1 `{d, m: f16, qs: [u8; 16]}` → d·q + m;
 /// Q8_0 `{d: f16, qs: [i8; 32]}` → d·q; Q6K `{sc: [i8; 2], d: f16, qs: [i8; 32]}` →
-/// d·sc[i / 16]·q. 4-bit element i < 16 is the low nibble of byte i, element 16 + i the high
+/// d·sc[i / 16]·q; Q5K `{d, m: f16, qs: [u8; 32]}` → d·q + m. 4-bit element i < 16 is the low nibble of byte i, element 16 + i the high
 /// nibble.
 pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
     let nib = |qs: &[u8], i: usize| if i < 16 { qs[i] & 0xf } else { qs[i - 16] >> 4 } as f64;
@@ -46,6 +47,7 @@ pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
         BlockFormat::Q4_1 => half(b, 0) * nib(&b[4..], i) + half(b, 2),
         BlockFormat::Q8_0 => half(b, 0) * b[2 + i] as i8 as f64,
         BlockFormat::Q6K => half(b, 2) * b[i / 16] as i8 as f64 * b[4 + i] as i8 as f64,
+        BlockFormat::Q5K => half(b, 0) * b[4 + i] as f64 + half(b, 2),
     })
 }
 
@@ -86,7 +88,7 @@ pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
 pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
     match fmt {
         BlockFormat::Q4_0 => -8.0 * half(block, 0),
-        BlockFormat::Q4_1 => half(block, 2),
+        BlockFormat::Q4_1 | BlockFormat::Q5K => half(block, 2),
         BlockFormat::Q8_0 | BlockFormat::Q6K => 0.0,
     }
 }
@@ -118,9 +120,11 @@ pub fn matvec_q8_1_abs(
     xds: &[f32],
 ) -> Vec<f64> {
     match fmt {
-        BlockFormat::Q4_1 => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
-            dot.abs() + offset.abs()
-        }),
+        BlockFormat::Q4_1 | BlockFormat::Q5K => {
+            q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
+                dot.abs() + offset.abs()
+            })
+        }
         _ => q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
             (dot + offset).abs()
         }),

@@ -11,6 +11,7 @@ use kiln_host::backend::cpu::Cpu;
 use kiln_host::gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use kiln_host::models::{self, Logits, Model};
 use kiln_host::quant;
+use kiln_host::reference::{self, BlockFormat};
 
 #[derive(Clone, Copy)]
 struct Synth {
@@ -78,7 +79,7 @@ fn random_k_blocks(ty: GgmlType, bytes: &mut [u8], rng: &mut Rng) {
     for blk in bytes.chunks_exact_mut(block) {
         match ty {
             // d, dmin first: value = d·sc·q − dmin·m, sc, m < 64, q < 16.
-            GgmlType::Q4_K => {
+            GgmlType::Q4_K | GgmlType::Q5_K => {
                 blk[0..2].copy_from_slice(&f16(3e-4));
                 blk[2..4].copy_from_slice(&f16(2e-4));
             }
@@ -165,7 +166,9 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
             .collect();
         let mut bytes = vec![0u8; ty.bytes_for((rows * cols) as u64).unwrap() as usize];
         match ty {
-            GgmlType::Q4_K | GgmlType::Q6_K => random_k_blocks(ty, &mut bytes, &mut rng),
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+                random_k_blocks(ty, &mut bytes, &mut rng)
+            }
             _ => quant::quantize_row(ty, &vals, &mut bytes).unwrap(),
         }
         let mut deq = vec![0f32; rows * cols];
@@ -594,7 +597,7 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
 }
 
 /// K-quants on the CUDA backend: Q6_K runs natively (re-blocked by 32, exactly), Q4_K as Q4_1
-/// (each sub-block's d·sc and dmin·m rounded to f16). With f32 activations, checked against the
+/// and Q5_K as Q5K blocks (each sub-block's d·sc and dmin·m rounded to f16). With f32 activations, checked against the
 /// float64 forward pass over the weights as the GPU holds them: only f32 arithmetic separates
 /// them. With Q8_1 activations (the default), against the same reference next to the CPU
 /// backend, whose K-quant dots quantize activations to Q8_K (256-element blocks) instead: both
@@ -621,16 +624,31 @@ fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
             ty: GgmlType::Q6_K,
             ..LLAMA
         },
+        Synth {
+            n_embd: 256,
+            head_dim: 64,
+            n_ff: 256,
+            ty: GgmlType::Q5_K,
+            ..QWEN3
+        },
     ] {
         let (file, mut weights) = build(&s);
-        if s.ty == GgmlType::Q4_K {
+        // Q4_K and Q5_K are held with their sub-block scales rounded to f16.
+        let held = match s.ty {
+            GgmlType::Q4_K => Some((144, reblock::Q4_1_BYTES, BlockFormat::Q4_1)),
+            GgmlType::Q5_K => Some((176, reblock::Q5K_BYTES, BlockFormat::Q5K)),
+            _ => None,
+        };
+        if let Some((super_bytes, block_bytes, fmt)) = held {
             for (name, w) in weights.iter_mut().filter(|(n, _)| !n.contains("norm")) {
                 let data = file.tensor_data(file.tensor(name).unwrap());
-                let mut q4_1 = vec![0u8; data.len() / 144 * 8 * reblock::Q4_1_BYTES];
-                reblock::q4_k_as_q4_1(data, &mut q4_1).unwrap();
-                let mut held = vec![0f32; w.len()];
-                quant::dequantize_row(GgmlType::Q4_1, &q4_1, &mut held).unwrap();
-                *w = held.iter().map(|&v| v as f64).collect();
+                let mut blocks = vec![0u8; data.len() / super_bytes * 8 * block_bytes];
+                match s.ty {
+                    GgmlType::Q4_K => reblock::q4_k_as_q4_1(data, &mut blocks),
+                    _ => reblock::q5_k(data, &mut blocks),
+                }
+                .unwrap();
+                *w = reference::dequantize(fmt, &blocks, w.len() / 256, 256);
             }
         }
         let want = reference(&s, &weights, &TOKENS);

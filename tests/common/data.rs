@@ -50,8 +50,8 @@ impl Gen {
     }
 
     /// `blocks` random GGUF blocks of `fmt`: every quant bit pattern is possible, scales are
-    /// random f16 of either sign over a few decades (and Q4_1 minimums of either sign); Q6K
-    /// blocks have any i8 sub-block scales and every 6-bit code.
+    /// random f16 of either sign over a few decades (and Q4_1/Q5K minimums of either sign); Q6K
+    /// blocks have any i8 sub-block scales and every 6-bit code, Q5K every 5-bit code.
     pub fn gguf_blocks(&mut self, fmt: BlockFormat, blocks: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(blocks * fmt.block_bytes());
         for _ in 0..blocks {
@@ -65,6 +65,13 @@ impl Gen {
             }
             let d = self.sign() * self.magnitude(-3.0, -1.0);
             out.extend(self.f16_bits(d).to_le_bytes());
+            if fmt == BlockFormat::Q5K {
+                // Minimums of either sign, codes of Q5_K's range 0..32.
+                let m = self.sign() * self.magnitude(-3.0, 0.0);
+                out.extend(self.f16_bits(m).to_le_bytes());
+                out.extend((0..QK).map(|_| self.below(32) as u8));
+                continue;
+            }
             if fmt == BlockFormat::Q4_1 {
                 let m = self.sign() * self.magnitude(-3.0, 0.0);
                 out.extend(self.f16_bits(m).to_le_bytes());

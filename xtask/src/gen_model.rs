@@ -31,6 +31,9 @@ pub enum Quant {
     /// not whole 256-element super-blocks).
     #[value(name = "q4_k_m")]
     Q4KM,
+    /// llama.cpp's Q5_K_M mixture: as Q4_K_M with Q5_K for the other matrices.
+    #[value(name = "q5_k_m")]
+    Q5KM,
 }
 
 impl Quant {
@@ -39,16 +42,17 @@ impl Quant {
             Quant::Q4_0 => GgmlType::Q4_0,
             Quant::Q8_0 => GgmlType::Q8_0,
             Quant::Q4KM => GgmlType::Q4_K,
+            Quant::Q5KM => GgmlType::Q5_K,
         }
     }
     /// The tensors of preset `p` with this quantization's type for each.
     fn specs(self, p: &Preset) -> Vec<TensorSpec> {
         let mut specs = p.tensors(self.ggml());
-        if self == Quant::Q4KM {
+        if matches!(self, Quant::Q4KM | Quant::Q5KM) {
             let n = p.n_layer as usize;
             // llama.cpp's `use_more_bits`: the first and last eighth, and every third between.
             let more_bits = |i: usize| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-            for t in specs.iter_mut().filter(|t| t.ty == GgmlType::Q4_K) {
+            for t in specs.iter_mut().filter(|t| t.ty == self.ggml()) {
                 let layer = t
                     .name
                     .strip_prefix("blk.")
@@ -74,6 +78,7 @@ impl Quant {
             Quant::Q4_0 => 2,
             Quant::Q8_0 => 7,
             Quant::Q4KM => 15,
+            Quant::Q5KM => 17,
         }
     }
 }
@@ -392,6 +397,19 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
                 }
             }
         }
+        (Init::Weight { sigma }, GgmlType::Q5_K) => {
+            for b in out.chunks_exact_mut(176) {
+                // As Q4_K with 5-bit codes: d·sc·(q − 15.5).
+                let sc: [u8; 8] = std::array::from_fn(|_| 32 + (rng.next() % 32) as u8);
+                let d = rng.scale(sigma / (Q5K_STD * 47.5));
+                b[..2].copy_from_slice(&d.to_le_bytes());
+                b[2..4].copy_from_slice(&f16::from_f32(15.5 * d.to_f32()).to_le_bytes());
+                b[4..16].copy_from_slice(&pack_k4_scales(&sc, &sc));
+                for q in b[16..].chunks_exact_mut(8) {
+                    q.copy_from_slice(&rng.next().to_le_bytes());
+                }
+            }
+        }
         (Init::Weight { sigma }, GgmlType::Q6_K) => {
             for b in out.chunks_exact_mut(210) {
                 // value = d·sc·(q − 32), q uniform on 0..64, sc on 32..112.
@@ -425,6 +443,8 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
 /// 32 (uniform on 0..64).
 const Q4K_STD: f32 = 4.61;
 const Q6K_STD: f32 = 18.5;
+/// Of a Q5_K code less its mean (uniform on 0..32).
+const Q5K_STD: f32 = 9.23;
 
 /// Q4_K/Q5_K's 12 scale bytes from 6-bit scales and minimums (the inverse of
 /// `kernels_gpu::quant::get_scale_min_k4`): sub-blocks 0..4 in the low 6 bits of bytes j / j+4,

@@ -191,11 +191,23 @@ impl Cuda {
                     .context("Q6_K re-blocking cannot fail on range")?;
                 split::<formats::Q6K>(gpu, GgmlType::Q6_K, &q6, rows, cols, name, mapped)?
             }
-            GgmlType::Q5_K | GgmlType::BF16 => {
+            GgmlType::Q5_K => match reblock_rows(data, rows, cols, name, &Q5_K_AS_Q5K)? {
+                Some(q5) => {
+                    split::<formats::Q5K>(gpu, GgmlType::Q5_K, &q5, rows, cols, name, mapped)?
+                }
+                None => Storage::F16(gpu.upload(&widen_to_f16(
+                    info.ggml_type,
+                    data,
+                    rows,
+                    cols,
+                    name,
+                )?)?),
+            },
+            GgmlType::BF16 => {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
             other => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q6_K, F16, F32 natively; Q4_K as Q4_1; Q5_K, BF16 widened to f16); use --device cpu",
+                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q6_K, F16, F32 natively; Q4_K as Q4_1, Q5_K re-blocked; BF16 widened to f16); use --device cpu",
                 other.name()
             ),
         };
@@ -430,6 +442,11 @@ impl Cuda {
                 names::kiln_mma_q4_1,
                 names::kiln_mma_deep_q4_1,
                 formats::Q4_1::QS_WORDS,
+            ),
+            GgmlType::Q5_K => (
+                names::kiln_mma_q5k,
+                names::kiln_mma_deep_q5k,
+                formats::Q5K::QS_WORDS,
             ),
             GgmlType::Q6_K => (
                 names::kiln_mma_q6k,
@@ -1360,6 +1377,12 @@ const Q4_K_AS_Q4_1: Reblock = Reblock {
     block_bytes: reblock::Q4_1_BYTES,
     run: reblock::q4_k_as_q4_1,
 };
+const Q5_K_AS_Q5K: Reblock = Reblock {
+    from: GgmlType::Q5_K,
+    super_bytes: 176,
+    block_bytes: reblock::Q5K_BYTES,
+    run: reblock::q5_k,
+};
 const Q6_K_AS_Q6K: Reblock = Reblock {
     from: GgmlType::Q6_K,
     super_bytes: 210,
@@ -1400,7 +1423,7 @@ fn reblock_rows(
     }
 }
 
-/// A tensor of a format the GPU has no kernels for (Q5_K, BF16), dequantized on the host
+/// A tensor of a format the GPU has no kernels for (BF16, or a K-quant whose scales overflow f16), dequantized on the host
 /// and stored as f16 (the f16 mat-vec and embedding kernels take it): it runs, at 2 bytes per
 /// weight instead of 0.56–0.82. Said once per process on stderr, since VRAM and speed are not
 /// what the file's size suggests.
@@ -1415,7 +1438,7 @@ fn widen_to_f16(
     static NOTED: std::sync::Once = std::sync::Once::new();
     NOTED.call_once(|| {
         eprintln!(
-            "kiln: {} (and any Q5_K or BF16) weights have no GPU kernels yet: widened to f16 at load (more VRAM, slower decode than the file suggests)",
+            "kiln: {} weights have no GPU kernels here: widened to f16 at load (more VRAM, slower decode than the file suggests)",
             ty.name()
         )
     });
@@ -1449,49 +1472,56 @@ fn widen_to_f16(
     Ok(out)
 }
 
-/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K.
-type FormatEntries = [&'static str; 4];
+/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K, Q5K.
+type FormatEntries = [&'static str; 5];
 const MATVEC: FormatEntries = [
     names::kiln_matvec_q4_0,
     names::kiln_matvec_q4_1,
     names::kiln_matvec_q8_0,
     names::kiln_matvec_q6k,
+    names::kiln_matvec_q5k,
 ];
 const MATVEC_WIDE: FormatEntries = [
     names::kiln_matvec_wide_q4_0,
     names::kiln_matvec_wide_q4_1,
     names::kiln_matvec_wide_q8_0,
     names::kiln_matvec_wide_q6k,
+    names::kiln_matvec_wide_q5k,
 ];
 const MATVEC3: FormatEntries = [
     names::kiln_matvec3_q4_0,
     names::kiln_matvec3_q4_1,
     names::kiln_matvec3_q8_0,
     names::kiln_matvec3_q6k,
+    names::kiln_matvec3_q5k,
 ];
 const MATVEC_F32X: FormatEntries = [
     names::kiln_matvec_f32x_q4_0,
     names::kiln_matvec_f32x_q4_1,
     names::kiln_matvec_f32x_q8_0,
     names::kiln_matvec_f32x_q6k,
+    names::kiln_matvec_f32x_q5k,
 ];
 const MATVEC_SWIGLU: FormatEntries = [
     names::kiln_matvec_swiglu_q4_0,
     names::kiln_matvec_swiglu_q4_1,
     names::kiln_matvec_swiglu_q8_0,
     names::kiln_matvec_swiglu_q6k,
+    names::kiln_matvec_swiglu_q5k,
 ];
 const EMBED: FormatEntries = [
     names::kiln_embed_q4_0,
     names::kiln_embed_q4_1,
     names::kiln_embed_q8_0,
     names::kiln_embed_q6k,
+    names::kiln_embed_q5k,
 ];
 const MATVEC3_WIDE: FormatEntries = [
     names::kiln_matvec3_wide_q4_0,
     names::kiln_matvec3_wide_q4_1,
     names::kiln_matvec3_wide_q8_0,
     names::kiln_matvec3_wide_q6k,
+    names::kiln_matvec3_wide_q5k,
 ];
 
 /// The entry of `entries` for split format `ty` (Q8_0 for anything else: only the split
@@ -1501,6 +1531,7 @@ fn by_format(ty: GgmlType, entries: FormatEntries) -> &'static str {
         GgmlType::Q4_0 => entries[0],
         GgmlType::Q4_1 => entries[1],
         GgmlType::Q6_K => entries[3],
+        GgmlType::Q5_K => entries[4],
         _ => entries[2],
     }
 }

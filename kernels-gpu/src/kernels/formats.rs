@@ -198,6 +198,42 @@ pub fn biased_f16x2(codes: u32, lo: u32) -> u32 {
     prmt(codes, 0x6464_6464, 0x4040 + lo + ((lo + 1) << 8))
 }
 
+/// Σ over a block of one signed byte code per element (8 `dp4a`).
+#[inline(always)]
+fn byte_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
+    let mut s = 0;
+    let mut w = 0;
+    while w < 8 {
+        s = dp4a_s32(qs[w], xq[w], s);
+        w += 1;
+    }
+    s
+}
+
+/// The formats with a minimum (value = d·q + m; Q4_1, Q5K): `[d, m]` from their two halves.
+#[inline(always)]
+fn min_scales(bits: u32) -> [f32; 2] {
+    [f16_to_f32(bits as u16), f16_to_f32((bits >> 16) as u16)]
+}
+
+/// [`SplitFormat::scale_dot`] of the formats with a minimum: `d_w·d_x·dot + m·s`, `s` being
+/// the activation block's stored `d_x·Σq`.
+#[inline(always)]
+fn min_scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
+    fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
+}
+
+#[inline(always)]
+fn min_scales_f16x2(raw: u32) -> [u32; 2] {
+    [f16x2_splat(raw & 0xffff), f16x2_splat(raw >> 16)]
+}
+
+/// `d·u + m` of unsigned codes `u` given as the halves `1024 + u`.
+#[inline(always)]
+fn min_dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
+    fma_f16x2(sub_f16x2(biased, F16_1024), scales[0], scales[1])
+}
+
 /// [`SplitFormat::step_word`] of the byte-code formats (Q8_0, Q6K): one code per byte, so the
 /// word of elements `16s + 4t ..` is `4s + t`.
 #[inline(always)]
@@ -286,11 +322,11 @@ impl SplitFormat for Q4_1 {
     }
     #[inline(always)]
     fn scales(bits: u32) -> [f32; 2] {
-        [f16_to_f32(bits as u16), f16_to_f32((bits >> 16) as u16)]
+        min_scales(bits)
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-        fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
+        min_scale_dot(acc, w, dot, xd, xs)
     }
     #[inline(always)]
     fn step_word(_s: u32, t: u32) -> u32 {
@@ -302,11 +338,11 @@ impl SplitFormat for Q4_1 {
     }
     #[inline(always)]
     fn scales_f16x2(raw: u32) -> [u32; 2] {
-        [f16x2_splat(raw & 0xffff), f16x2_splat(raw >> 16)]
+        min_scales_f16x2(raw)
     }
     #[inline(always)]
     fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
-        fma_f16x2(sub_f16x2(biased, F16_1024), scales[0], scales[1])
+        min_dequant_f16x2(biased, scales)
     }
     #[inline(always)]
     fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
@@ -328,13 +364,7 @@ impl SplitFormat for Q8_0 {
     const GGUF_BYTES: usize = 34;
     #[inline(always)]
     fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
-        let mut s = 0;
-        let mut w = 0;
-        while w < 8 {
-            s = dp4a_s32(qs[w], xq[w], s);
-            w += 1;
-        }
-        s
+        byte_dot(qs, xq)
     }
     #[inline(always)]
     fn scales(bits: u32) -> [f32; 2] {
@@ -447,6 +477,61 @@ impl SplitFormat for Q6K {
         }
         Self::scales(bits)[0]
             * (q6_sub_scale(bits, 0) as f32 * half[0] + q6_sub_scale(bits, 1) as f32 * half[1])
+    }
+}
+
+/// Q5_K re-blocked by 32 at load ([`crate::quant::reblock::q5_k`]): value = d·q + m as Q4_1,
+/// with the 5-bit code `q` kept as one unsigned byte (9 bits per weight in all: the 5-bit
+/// packing would not give 16-byte aligned blocks). `d = f16(d_K·sc)` and `m = f16(−dmin·m_K)`
+/// are the one inexact step, as for Q4_K. The block is kiln's own: `[d, m, 32 codes]`.
+pub struct Q5K;
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+impl SplitFormat for Q5K {
+    const QS_WORDS: usize = 8;
+    const SCALE_BYTES: usize = 4;
+    const GGUF_BYTES: usize = 36;
+    #[inline(always)]
+    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
+        byte_dot(qs, xq) // codes below 32: the same as signed bytes
+    }
+    #[inline(always)]
+    fn scales(bits: u32) -> [f32; 2] {
+        min_scales(bits)
+    }
+    #[inline(always)]
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
+        min_scale_dot(acc, w, dot, xd, xs)
+    }
+    #[inline(always)]
+    fn step_word(s: u32, t: u32) -> u32 {
+        s8_step_word(s, t)
+    }
+    #[inline(always)]
+    fn step_codes(word: u32, _s: u32) -> u32 {
+        word // unsigned already
+    }
+    #[inline(always)]
+    fn scales_f16x2(raw: u32) -> [u32; 2] {
+        min_scales_f16x2(raw)
+    }
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
+        min_dequant_f16x2(biased, scales)
+    }
+    #[inline(always)]
+    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
+        half_at(scale) * unsafe { *qs.add(i) } as f32 + half_at(unsafe { scale.add(2) })
+    }
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+        let (mut s, mut sx) = (0.0, 0.0);
+        let mut i = 0;
+        while i < 32 {
+            s += ((qs[i / 4] >> (8 * (i % 4))) as u8) as f32 * x[i];
+            sx += x[i];
+            i += 1;
+        }
+        half_at(scale) * s + half_at(unsafe { scale.add(2) }) * sx
     }
 }
 

@@ -257,6 +257,33 @@ fn tiny_llama_q4_k_m_mixes_k_quants_and_runs() {
     run_on_cpu(&path.0, 128_256);
 }
 
+/// Q5_K_M: Q5_K where Q4_K_M has Q4_K, weights of the intended magnitude, runs on the CPU.
+#[test]
+fn tiny_qwen3_q5_k_m_runs() {
+    let tok = Qwen3Tokenizer::load().unwrap();
+    let p = presets::find("tiny-qwen3").unwrap();
+    let path = TempPath::new("tiny-qwen3-q5km.gguf");
+    generate(p, Quant::Q5KM, 3, &path.0, &tok, false).unwrap();
+    let f = GgufFile::open(&path.0).unwrap();
+    assert_eq!(f.get_u32("general.file_type").unwrap(), 17);
+    let t = f.tensor("blk.0.attn_q.weight").unwrap();
+    assert_eq!(t.ggml_type, GgmlType::Q5_K);
+    assert_eq!(
+        f.tensor("blk.1.ffn_down.weight").unwrap().ggml_type,
+        GgmlType::Q6_K
+    );
+    let mut w = vec![0f32; t.n_elements() as usize];
+    kiln_host::quant::dequantize_row(t.ggml_type, f.tensor_data(t), &mut w).unwrap();
+    let mean = w.iter().sum::<f32>() / w.len() as f32;
+    let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+    assert!(
+        mean.abs() < 1e-3 && (0.016..0.024).contains(&std),
+        "mean {mean} std {std}"
+    );
+    drop(f);
+    run_on_cpu(&path.0, p.n_vocab as usize);
+}
+
 #[test]
 fn k4_scale_packing_inverts_get_scale_min_k4() {
     let sc = [0, 63, 17, 32, 48, 1, 62, 15];
