@@ -384,26 +384,18 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
                 }
             }
         }
-        (Init::Weight { sigma }, GgmlType::Q4_K) => {
-            for b in out.chunks_exact_mut(144) {
-                // value = d·sc·q − dmin·m with m = sc and dmin = 7.5·d: d·sc·(q − 7.5), symmetric.
+        (Init::Weight { sigma }, ty @ (GgmlType::Q4_K | GgmlType::Q5_K)) => {
+            // value = d·sc·q − dmin·m with m = sc and dmin = d·(mean code): d·sc·(q − mean),
+            // symmetric. Q5_K's fifth bits (bytes 16..48) are random like its nibbles.
+            let (bytes, mean, std) = match ty {
+                GgmlType::Q4_K => (144, 7.5, Q4K_STD),
+                _ => (176, 15.5, Q5K_STD),
+            };
+            for b in out.chunks_exact_mut(bytes) {
                 let sc: [u8; 8] = std::array::from_fn(|_| 32 + (rng.next() % 32) as u8);
-                let d = rng.scale(sigma / (Q4K_STD * 47.5));
+                let d = rng.scale(sigma / (std * 47.5));
                 b[..2].copy_from_slice(&d.to_le_bytes());
-                b[2..4].copy_from_slice(&f16::from_f32(7.5 * d.to_f32()).to_le_bytes());
-                b[4..16].copy_from_slice(&pack_k4_scales(&sc, &sc));
-                for q in b[16..].chunks_exact_mut(8) {
-                    q.copy_from_slice(&rng.next().to_le_bytes());
-                }
-            }
-        }
-        (Init::Weight { sigma }, GgmlType::Q5_K) => {
-            for b in out.chunks_exact_mut(176) {
-                // As Q4_K with 5-bit codes: d·sc·(q − 15.5).
-                let sc: [u8; 8] = std::array::from_fn(|_| 32 + (rng.next() % 32) as u8);
-                let d = rng.scale(sigma / (Q5K_STD * 47.5));
-                b[..2].copy_from_slice(&d.to_le_bytes());
-                b[2..4].copy_from_slice(&f16::from_f32(15.5 * d.to_f32()).to_le_bytes());
+                b[2..4].copy_from_slice(&f16::from_f32(mean * d.to_f32()).to_le_bytes());
                 b[4..16].copy_from_slice(&pack_k4_scales(&sc, &sc));
                 for q in b[16..].chunks_exact_mut(8) {
                     q.copy_from_slice(&rng.next().to_le_bytes());

@@ -173,36 +173,25 @@ impl Cuda {
                     .collect();
                 Storage::F32(gpu.upload(&v)?)
             }
-            GgmlType::Q4_K => match reblock_rows(data, rows, cols, name, &Q4_K_AS_Q4_1)? {
-                Some(q4_1) => {
-                    split::<formats::Q4_1>(gpu, GgmlType::Q4_1, &q4_1, rows, cols, name, mapped)?
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+                let r = match info.ggml_type {
+                    GgmlType::Q4_K => &Q4_K_AS_Q4_1,
+                    GgmlType::Q5_K => &Q5_K_AS_Q5K,
+                    _ => &Q6_K_AS_Q6K,
+                };
+                match reblock_rows(data, rows, cols, name, r)? {
+                    Some(blocks) => (r.store)(gpu, r.held_as, &blocks, rows, cols, name, mapped)?,
+                    // A scale past f16's range once multiplied out (Q4_K, Q5_K): keep the
+                    // tensor, at f16.
+                    None => Storage::F16(gpu.upload(&widen_to_f16(
+                        info.ggml_type,
+                        data,
+                        rows,
+                        cols,
+                        name,
+                    )?)?),
                 }
-                // A scale past f16's range once multiplied out: keep the tensor, at f16.
-                None => Storage::F16(gpu.upload(&widen_to_f16(
-                    info.ggml_type,
-                    data,
-                    rows,
-                    cols,
-                    name,
-                )?)?),
-            },
-            GgmlType::Q6_K => {
-                let q6 = reblock_rows(data, rows, cols, name, &Q6_K_AS_Q6K)?
-                    .context("Q6_K re-blocking cannot fail on range")?;
-                split::<formats::Q6K>(gpu, GgmlType::Q6_K, &q6, rows, cols, name, mapped)?
             }
-            GgmlType::Q5_K => match reblock_rows(data, rows, cols, name, &Q5_K_AS_Q5K)? {
-                Some(q5) => {
-                    split::<formats::Q5K>(gpu, GgmlType::Q5_K, &q5, rows, cols, name, mapped)?
-                }
-                None => Storage::F16(gpu.upload(&widen_to_f16(
-                    info.ggml_type,
-                    data,
-                    rows,
-                    cols,
-                    name,
-                )?)?),
-            },
             GgmlType::BF16 => {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
@@ -1370,28 +1359,40 @@ struct Reblock {
     super_bytes: usize,
     block_bytes: usize,
     run: fn(&[u8], &mut [u8]) -> Result<(), ReblockError>,
+    /// The type the kernels see (picks the entries) and the split that uploads the blocks.
+    held_as: GgmlType,
+    store: SplitStore,
 }
+
+/// [`split`] for one format.
+type SplitStore = fn(&Gpu, GgmlType, &[u8], usize, usize, &str, bool) -> Result<Storage>;
 const Q4_K_AS_Q4_1: Reblock = Reblock {
     from: GgmlType::Q4_K,
     super_bytes: 144,
     block_bytes: reblock::Q4_1_BYTES,
     run: reblock::q4_k_as_q4_1,
+    held_as: GgmlType::Q4_1,
+    store: split::<formats::Q4_1>,
 };
 const Q5_K_AS_Q5K: Reblock = Reblock {
     from: GgmlType::Q5_K,
     super_bytes: 176,
     block_bytes: reblock::Q5K_BYTES,
     run: reblock::q5_k,
+    held_as: GgmlType::Q5_K,
+    store: split::<formats::Q5K>,
 };
 const Q6_K_AS_Q6K: Reblock = Reblock {
     from: GgmlType::Q6_K,
     super_bytes: 210,
     block_bytes: reblock::Q6K_BYTES,
     run: reblock::q6_k,
+    held_as: GgmlType::Q6_K,
+    store: split::<formats::Q6K>,
 };
 
 /// A K-quant tensor's rows re-blocked by 32, row-parallel; `None` if a scale does not fit f16
-/// once multiplied out (Q4_K; the caller widens that tensor instead).
+/// once multiplied out (Q4_K, Q5_K; the caller widens that tensor instead).
 fn reblock_rows(
     data: &[u8],
     rows: usize,

@@ -62,6 +62,16 @@ fn run_on_cpu(path: &Path, n_vocab: usize) {
     assert!(g.tokens.iter().all(|&t| (t as usize) < n_vocab));
 }
 
+/// Mean and root mean square of tensor `name`'s dequantized weights.
+fn weight_stats(f: &GgufFile, name: &str) -> (f32, f32) {
+    let t = f.tensor(name).unwrap();
+    let mut w = vec![0f32; t.n_elements() as usize];
+    kiln_host::quant::dequantize_row(t.ggml_type, f.tensor_data(t), &mut w).unwrap();
+    let mean = w.iter().sum::<f32>() / w.len() as f32;
+    let rms = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+    (mean, rms)
+}
+
 #[test]
 fn tiny_qwen3_has_the_declared_shapes_and_runs() {
     let tok = Qwen3Tokenizer::load().unwrap();
@@ -113,11 +123,7 @@ fn tiny_qwen3_has_the_declared_shapes_and_runs() {
     );
 
     // Weights have the intended magnitude; norms are about 1.
-    let q = f.tensor("blk.0.attn_q.weight").unwrap();
-    let mut w = vec![0f32; q.n_elements() as usize];
-    kiln_host::quant::dequantize_row(q.ggml_type, f.tensor_data(q), &mut w).unwrap();
-    let mean = w.iter().sum::<f32>() / w.len() as f32;
-    let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+    let (mean, std) = weight_stats(&f, "blk.0.attn_q.weight");
     assert!(
         mean.abs() < 1e-3 && (0.018..0.022).contains(&std),
         "mean {mean} std {std}"
@@ -243,11 +249,7 @@ fn tiny_llama_q4_k_m_mixes_k_quants_and_runs() {
         }
     }
     for name in ["blk.0.attn_q.weight", "blk.1.attn_v.weight"] {
-        let t = f.tensor(name).unwrap();
-        let mut w = vec![0f32; t.n_elements() as usize];
-        kiln_host::quant::dequantize_row(t.ggml_type, f.tensor_data(t), &mut w).unwrap();
-        let mean = w.iter().sum::<f32>() / w.len() as f32;
-        let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+        let (mean, std) = weight_stats(&f, name);
         assert!(
             mean.abs() < 1e-3 && (0.016..0.024).contains(&std),
             "{name}: mean {mean} std {std}"
@@ -266,16 +268,10 @@ fn tiny_qwen3_q5_k_m_runs() {
     generate(p, Quant::Q5KM, 3, &path.0, &tok, false).unwrap();
     let f = GgufFile::open(&path.0).unwrap();
     assert_eq!(f.get_u32("general.file_type").unwrap(), 17);
-    let t = f.tensor("blk.0.attn_q.weight").unwrap();
-    assert_eq!(t.ggml_type, GgmlType::Q5_K);
-    assert_eq!(
-        f.tensor("blk.1.ffn_down.weight").unwrap().ggml_type,
-        GgmlType::Q6_K
-    );
-    let mut w = vec![0f32; t.n_elements() as usize];
-    kiln_host::quant::dequantize_row(t.ggml_type, f.tensor_data(t), &mut w).unwrap();
-    let mean = w.iter().sum::<f32>() / w.len() as f32;
-    let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
+    let ty = |n: &str| f.tensor(n).unwrap().ggml_type;
+    assert_eq!(ty("blk.0.attn_q.weight"), GgmlType::Q5_K);
+    assert_eq!(ty("blk.1.ffn_down.weight"), GgmlType::Q6_K);
+    let (mean, std) = weight_stats(&f, "blk.0.attn_q.weight");
     assert!(
         mean.abs() < 1e-3 && (0.016..0.024).contains(&std),
         "mean {mean} std {std}"
