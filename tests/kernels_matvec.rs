@@ -685,6 +685,15 @@ fn reblocked_k_quants_hold_the_gguf_values() {
             );
         }
     }
+    // A sub-block scale past f16's range once multiplied out is reported (the load then widens
+    // that tensor to f16 instead), not stored as infinity.
+    let mut big = q4[..144].to_vec();
+    big[0..2].copy_from_slice(&half::f16::MAX.to_le_bytes());
+    big[4] = 63; // sub-block 0's scale
+    assert_eq!(
+        reblock::q4_k_as_q4_1(&big, &mut out4[..8 * Q4_1_BYTES]),
+        Err(reblock::ReblockError::ScaleRange)
+    );
     // Wrong sizes are refused, not truncated.
     assert!(reblock::q5_k(&q5[..175], &mut out5).is_err());
     assert!(reblock::q6_k(&q6[..209], &mut out6).is_err());
