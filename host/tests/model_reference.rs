@@ -24,6 +24,8 @@ struct Synth {
     n_ff: usize,
     n_vocab: usize,
     ty: GgmlType,
+    /// `attn_v` and `ffn_down` in this type instead (llama.cpp's *_K_M mixtures use Q6_K).
+    v_down_ty: Option<GgmlType>,
     tied: bool,
 }
 
@@ -40,6 +42,7 @@ const LLAMA: Synth = Synth {
     n_ff: 96,
     n_vocab: 50,
     ty: GgmlType::F32,
+    v_down_ty: None,
     tied: true,
 };
 
@@ -54,6 +57,7 @@ const QWEN3: Synth = Synth {
     n_ff: 96,
     n_vocab: 50,
     ty: GgmlType::F32,
+    v_down_ty: None,
     tied: false,
 };
 
@@ -154,7 +158,12 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
     let mut data = Vec::new();
     let mut weights = HashMap::new();
     for (name, rows, cols, norm) in &specs {
-        let ty = if *norm { GgmlType::F32 } else { s.ty };
+        let v_down = name.contains("attn_v") || name.contains("ffn_down");
+        let ty = match (*norm, s.v_down_ty) {
+            (true, _) => GgmlType::F32,
+            (false, Some(t)) if v_down => t,
+            _ => s.ty,
+        };
         let vals: Vec<f32> = (0..rows * cols)
             .map(|_| {
                 if *norm {
@@ -608,11 +617,13 @@ fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
     use kiln_host::backend::cuda::Cuda;
     // Rows of whole 256-element super-blocks.
     for s in [
+        // As Q4_K_M: Q6_K v and down projections (q/k/v of two formats in one layer).
         Synth {
             n_embd: 256,
             head_dim: 64,
             n_ff: 256,
             ty: GgmlType::Q4_K,
+            v_down_ty: Some(GgmlType::Q6_K),
             ..QWEN3
         },
         Synth {
@@ -633,23 +644,22 @@ fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
         },
     ] {
         let (file, mut weights) = build(&s);
-        // Q4_K and Q5_K are held with their sub-block scales rounded to f16.
-        let held = match s.ty {
-            GgmlType::Q4_K => Some((144, reblock::Q4_1_BYTES, BlockFormat::Q4_1)),
-            GgmlType::Q5_K => Some((176, reblock::Q5K_BYTES, BlockFormat::Q5K)),
-            _ => None,
-        };
-        if let Some((super_bytes, block_bytes, fmt)) = held {
-            for (name, w) in weights.iter_mut().filter(|(n, _)| !n.contains("norm")) {
-                let data = file.tensor_data(file.tensor(name).unwrap());
-                let mut blocks = vec![0u8; data.len() / super_bytes * 8 * block_bytes];
-                match s.ty {
-                    GgmlType::Q4_K => reblock::q4_k_as_q4_1(data, &mut blocks),
-                    _ => reblock::q5_k(data, &mut blocks),
-                }
-                .unwrap();
-                *w = reference::dequantize(fmt, &blocks, w.len() / 256, 256);
+        // Q4_K and Q5_K are held with their sub-block scales rounded to f16 (Q6_K exactly).
+        for (name, w) in weights.iter_mut() {
+            let info = file.tensor(name).unwrap();
+            let (super_bytes, block_bytes, fmt) = match info.ggml_type {
+                GgmlType::Q4_K => (144, reblock::Q4_1_BYTES, BlockFormat::Q4_1),
+                GgmlType::Q5_K => (176, reblock::Q5K_BYTES, BlockFormat::Q5K),
+                _ => continue,
+            };
+            let data = file.tensor_data(info);
+            let mut blocks = vec![0u8; data.len() / super_bytes * 8 * block_bytes];
+            match info.ggml_type {
+                GgmlType::Q4_K => reblock::q4_k_as_q4_1(data, &mut blocks),
+                _ => reblock::q5_k(data, &mut blocks),
             }
+            .unwrap();
+            *w = reference::dequantize(fmt, &blocks, w.len() / 256, 256);
         }
         let want = reference(&s, &weights, &TOKENS);
         let f32x = Cuda::host::<policies::Hopper>().with_f32_activations();

@@ -1184,6 +1184,29 @@ impl Backend for Cuda {
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+        if ws.len() > 1 && split_parts(ws).is_none() {
+            // Mixed formats (a Q4_K_M layer's Q6_K v beside Q4_K q and k): one launch per
+            // format instead of one per matrix.
+            let key = |w: &CudaWeight| match w.storage {
+                Storage::Split { ty, .. } => Some(ty),
+                _ => None,
+            };
+            let mut outs: Vec<Option<CudaTensor>> = ws.iter().map(|_| None).collect();
+            for (i, w) in ws.iter().enumerate() {
+                if outs[i].is_some() {
+                    continue;
+                }
+                let group: Vec<usize> = match key(w) {
+                    Some(ty) => (i..ws.len()).filter(|&j| key(ws[j]) == Some(ty)).collect(),
+                    None => vec![i],
+                };
+                let mats: Vec<&CudaWeight> = group.iter().map(|&j| ws[j]).collect();
+                for (j, out) in group.into_iter().zip(self.matmul_many(x, &mats)?) {
+                    outs[j] = Some(out);
+                }
+            }
+            return Ok(outs.into_iter().flatten().collect());
+        }
         let Some((ty, parts)) =
             split_parts(ws).filter(|_| (2..=3).contains(&ws.len()) && !self.f32_activations)
         else {
