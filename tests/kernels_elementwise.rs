@@ -6,7 +6,6 @@ mod common;
 use common::data::{Gen, head_dim, length, seed};
 use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
-use kernels_gpu::kernels::formats::{self, SplitFormat, split_gguf_blocks, split_plane_bytes};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -203,25 +202,23 @@ fn embed_case() -> impl Strategy<Value = EmbedCase> {
         Table::Block(BlockFormat::Q8_0),
         Table::Block(BlockFormat::Q6K),
         Table::Block(BlockFormat::Q5K),
+        Table::Block(BlockFormat::Q4K),
         Table::F16,
     ]);
     (table, 1..=20u32, 1..=12u32, seed()).prop_flat_map(|(table, vocab, blocks, seed)| {
         // Ids anywhere in the table, repeats allowed, the last row reachable.
+        let group = match table {
+            Table::Block(fmt) => fmt.group() as u32,
+            Table::F16 => 1,
+        };
         prop::collection::vec(0..vocab, 1..=6).prop_map(move |ids| EmbedCase {
             table,
             vocab,
-            blocks,
+            blocks: blocks.next_multiple_of(group),
             ids,
             seed,
         })
     })
-}
-
-fn split<F: SplitFormat>(gguf: &[u8], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
-    let (qb, sb) = split_plane_bytes::<F>(rows, cols);
-    let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
-    assert!(split_gguf_blocks::<F>(gguf, rows, cols, &mut qs, &mut sc));
-    (qs, sc)
 }
 
 fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
@@ -251,27 +248,14 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
         }
         Table::Block(fmt) => {
             let gguf = g.gguf_blocks(fmt, vocab * cols / QK);
-            let ((qs, sc), entry) = match fmt {
-                BlockFormat::Q4_0 => (
-                    split::<formats::Q4_0>(&gguf, vocab, cols),
-                    names::kiln_embed_q4_0,
-                ),
-                BlockFormat::Q4_1 => (
-                    split::<formats::Q4_1>(&gguf, vocab, cols),
-                    names::kiln_embed_q4_1,
-                ),
-                BlockFormat::Q8_0 => (
-                    split::<formats::Q8_0>(&gguf, vocab, cols),
-                    names::kiln_embed_q8_0,
-                ),
-                BlockFormat::Q6K => (
-                    split::<formats::Q6K>(&gguf, vocab, cols),
-                    names::kiln_embed_q6k,
-                ),
-                BlockFormat::Q5K => (
-                    split::<formats::Q5K>(&gguf, vocab, cols),
-                    names::kiln_embed_q5k,
-                ),
+            let (qs, sc) = common::split_planes(fmt, &gguf, vocab, cols);
+            let entry = match fmt {
+                BlockFormat::Q4_0 => names::kiln_embed_q4_0,
+                BlockFormat::Q4_1 => names::kiln_embed_q4_1,
+                BlockFormat::Q8_0 => names::kiln_embed_q8_0,
+                BlockFormat::Q6K => names::kiln_embed_q6k,
+                BlockFormat::Q5K => names::kiln_embed_q5k,
+                BlockFormat::Q4K => names::kiln_embed_q4k,
             };
             let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));
             let args = [

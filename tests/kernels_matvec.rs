@@ -51,7 +51,7 @@ fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
         move |(rows, blocks, n, wave, wide, seed)| QCase {
             fmt,
             rows,
-            blocks,
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             wave,
             wide,
@@ -134,6 +134,8 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
         (BlockFormat::Q6K, true) => names::kiln_matvec_wide_q6k,
         (BlockFormat::Q5K, false) => names::kiln_matvec_q5k,
         (BlockFormat::Q5K, true) => names::kiln_matvec_wide_q5k,
+        (BlockFormat::Q4K, false) => names::kiln_matvec_q4k,
+        (BlockFormat::Q4K, true) => names::kiln_matvec_wide_q4k,
     };
     let (sh, r) = (dev.shapes(), rows as u32);
     let all = match c.wide {
@@ -315,7 +317,7 @@ fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
         .prop_map(move |((a, b, c), blocks, n, wave, wide, seed)| FusedCase {
             fmt,
             rows: [a, b, c],
-            blocks,
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             wave,
             wide,
@@ -330,6 +332,7 @@ fn entry(
     q8_0: &'static str,
     q6k: &'static str,
     q5k: &'static str,
+    q4k: &'static str,
 ) -> &'static str {
     match fmt {
         BlockFormat::Q4_0 => q4_0,
@@ -337,6 +340,7 @@ fn entry(
         BlockFormat::Q8_0 => q8_0,
         BlockFormat::Q6K => q6k,
         BlockFormat::Q5K => q5k,
+        BlockFormat::Q4K => q4k,
     }
 }
 
@@ -377,6 +381,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_q8_0,
                 names::kiln_matvec3_q6k,
                 names::kiln_matvec3_q5k,
+                names::kiln_matvec3_q4k,
             ),
         ),
         true => (
@@ -388,6 +393,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
                 names::kiln_matvec3_wide_q8_0,
                 names::kiln_matvec3_wide_q6k,
                 names::kiln_matvec3_wide_q5k,
+                names::kiln_matvec3_wide_q4k,
             ),
         ),
     };
@@ -444,6 +450,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
             names::kiln_matvec_swiglu_q8_0,
             names::kiln_matvec_swiglu_q6k,
             names::kiln_matvec_swiglu_q5k,
+            names::kiln_matvec_swiglu_q4k,
         ),
         dims,
         &sargs,
@@ -505,6 +512,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
             names::kiln_matvec_f32x_q8_0,
             names::kiln_matvec_f32x_q6k,
             names::kiln_matvec_f32x_q5k,
+            names::kiln_matvec_f32x_q4k,
         ),
         dims,
         &args,
@@ -526,16 +534,19 @@ kernel_properties! {
     host_matvec_f32x_q8_0, gpu_matvec_f32x_q8_0: qcase(BlockFormat::Q8_0) => matvec_f32x;
     host_matvec_f32x_q6k, gpu_matvec_f32x_q6k: qcase(BlockFormat::Q6K) => matvec_f32x;
     host_matvec_f32x_q5k, gpu_matvec_f32x_q5k: qcase(BlockFormat::Q5K) => matvec_f32x;
+    host_matvec_f32x_q4k, gpu_matvec_f32x_q4k: qcase(BlockFormat::Q4K) => matvec_f32x;
     host_matvec_fused_q4_0, gpu_matvec_fused_q4_0: fused_case(BlockFormat::Q4_0) => matvec_fused;
     host_matvec_fused_q4_1, gpu_matvec_fused_q4_1: fused_case(BlockFormat::Q4_1) => matvec_fused;
     host_matvec_fused_q8_0, gpu_matvec_fused_q8_0: fused_case(BlockFormat::Q8_0) => matvec_fused;
     host_matvec_fused_q6k, gpu_matvec_fused_q6k: fused_case(BlockFormat::Q6K) => matvec_fused;
     host_matvec_fused_q5k, gpu_matvec_fused_q5k: fused_case(BlockFormat::Q5K) => matvec_fused;
+    host_matvec_fused_q4k, gpu_matvec_fused_q4k: fused_case(BlockFormat::Q4K) => matvec_fused;
     host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
     host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
     host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;
     host_matvec_q6k, gpu_matvec_q6k: qcase(BlockFormat::Q6K) => matvec_quantized;
     host_matvec_q5k, gpu_matvec_q5k: qcase(BlockFormat::Q5K) => matvec_quantized;
+    host_matvec_q4k, gpu_matvec_q4k: qcase(BlockFormat::Q4K) => matvec_quantized;
     host_matvec_f16, gpu_matvec_f16: f16_case() => matvec_f16;
 }
 
@@ -548,6 +559,7 @@ fn gpu_matvec_large() {
         BlockFormat::Q8_0,
         BlockFormat::Q6K,
         BlockFormat::Q5K,
+        BlockFormat::Q4K,
     ]);
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
     let case = (
@@ -562,7 +574,7 @@ fn gpu_matvec_large() {
         .prop_map(|(fmt, rows, blocks, n, wave, wide, seed)| QCase {
             fmt,
             rows,
-            blocks,
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             wave,
             wide,
@@ -588,7 +600,7 @@ fn reference_dequant_matches_gguf_block_types() {
                 BlockFormat::Q4_0 => layout::<BlockQ4_0>(block),
                 BlockFormat::Q4_1 => layout::<BlockQ4_1>(block),
                 BlockFormat::Q8_0 => layout::<BlockQ8_0>(block),
-                BlockFormat::Q6K | BlockFormat::Q5K => {
+                BlockFormat::Q6K | BlockFormat::Q5K | BlockFormat::Q4K => {
                     unreachable!("not a GGUF block: see the re-blocking test")
                 }
             };
@@ -606,96 +618,138 @@ fn reference_dequant_matches_gguf_block_types() {
     }
 }
 
-/// K-quant super-blocks re-blocked by 32 at load (`kernels_gpu::quant::reblock`) hold the values
-/// llama.cpp's layout gives them: Q6_K → Q6K exactly; Q4_K → Q4_1 and Q5_K → Q5K up to the f16
-/// rounding of each sub-block's d·sc and dmin·m (2⁻¹¹ relative of each, so of |d·sc·q| + |dmin·m|).
+/// K-quant super-blocks re-blocked at load (`kernels_gpu::quant::reblock`) hold exactly the
+/// values llama.cpp's layout gives them, both as the unpacked blocks the references read and,
+/// packed into the split planes, as the kernels' own `element` decodes them.
 #[test]
 fn reblocked_k_quants_hold_the_gguf_values() {
-    use kernels_gpu::quant::reblock::{self, Q4_1_BYTES, Q6K_BYTES};
+    use kernels_gpu::kernels::formats::{self, SplitFormat, load_side, split_gguf_blocks};
+    use kernels_gpu::quant::reblock::{self, ReblockError};
     use kernels_gpu::quant::{BlockQ4K, BlockQ5K, BlockQ6K, QuantBlock, f16_to_f32};
+    type Reblock = fn(&[u8], &mut [u8]) -> Result<(), ReblockError>;
+    /// Random bytes are valid K-quant blocks; the f16 `d` (and `dmin`) at `d_at` are set to
+    /// sane magnitudes (a random f16 may be NaN or overflow once multiplied out).
+    fn random_supers(g: &mut Gen, bytes: usize, d_at: &[usize], supers: usize) -> Vec<u8> {
+        let mut src: Vec<u8> = (0..supers * bytes).map(|_| g.byte()).collect();
+        for s in 0..supers {
+            for &at in d_at {
+                let d = g.sign() * g.magnitude(-4.0, -1.0);
+                src[s * bytes + at..][..2].copy_from_slice(&g.f16_bits(d).to_le_bytes());
+            }
+        }
+        src
+    }
+    /// The kernels' decoding of the packed planes, element by element.
+    fn packed_values<F: SplitFormat>(blocks: &[u8], rows: usize) -> Vec<f64> {
+        let (qb, sb) = formats::split_plane_bytes::<F>(rows, 256);
+        let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+        assert!(split_gguf_blocks::<F>(blocks, rows, 256, &mut qs, &mut sc));
+        (0..rows * 256)
+            .map(|e| {
+                let blk = e / QK;
+                let side = load_side::<F>(sc.as_ptr(), blk);
+                F::element(qs[blk * 16..].as_ptr(), side, e % QK) as f64
+            })
+            .collect()
+    }
     let mut g = Gen::new(11);
     let supers = 24;
-    let mut want = vec![0f32; 256];
-    // Random bytes are valid K-quant blocks; the f16 scales are set to sane magnitudes (a
-    // random f16 may be NaN or overflow once multiplied out, which the load falls back on).
-    let mut q6 = vec![0u8; supers * 210];
-    q6.iter_mut().for_each(|b| *b = g.byte());
-    let mut q4 = vec![0u8; supers * 144];
-    q4.iter_mut().for_each(|b| *b = g.byte());
-    for s in 0..supers {
-        let d = g.sign() * g.magnitude(-4.0, -1.0);
-        q6[s * 210 + 208..s * 210 + 210].copy_from_slice(&g.f16_bits(d).to_le_bytes());
-        for at in [0, 2] {
-            let d = g.magnitude(-4.0, -1.0);
-            q4[s * 144 + at..s * 144 + at + 2].copy_from_slice(&g.f16_bits(d).to_le_bytes());
+    let cases: [(BlockFormat, usize, &[usize], Reblock); 3] = [
+        (BlockFormat::Q4K, BlockQ4K::BYTES, &[0, 2], reblock::q4_k),
+        (BlockFormat::Q5K, BlockQ5K::BYTES, &[0, 2], reblock::q5_k),
+        (BlockFormat::Q6K, BlockQ6K::BYTES, &[208], reblock::q6_k),
+    ];
+    for (fmt, bytes, d_at, run) in cases {
+        let src = random_supers(&mut g, bytes, d_at, supers);
+        let mut blocks = vec![0u8; supers * 8 * fmt.block_bytes()];
+        run(&src, &mut blocks).unwrap();
+        let got = r::dequantize(fmt, &blocks, supers, 256);
+        let packed = match fmt {
+            BlockFormat::Q4K => packed_values::<formats::Q4K>(&blocks, supers),
+            BlockFormat::Q5K => packed_values::<formats::Q5K>(&blocks, supers),
+            _ => packed_values::<formats::Q6K>(&blocks, supers),
+        };
+        let mut want = vec![0f32; 256];
+        for s in 0..supers {
+            let sb = &src[s * bytes..][..bytes];
+            // The magnitude each value's one f32 rounding is relative to (the larger of the
+            // scaled code and the minimum; the block types and `element` round once or twice).
+            let scale: Vec<f64> = match fmt {
+                BlockFormat::Q6K => {
+                    let b = BlockQ6K::read(sb).unwrap();
+                    b.dequant(&mut want);
+                    want.iter().map(|w| w.abs() as f64).collect()
+                }
+                _ => {
+                    let (d, dmin, scales) = if fmt == BlockFormat::Q4K {
+                        let b = BlockQ4K::read(sb).unwrap();
+                        b.dequant(&mut want);
+                        (b.d, b.dmin, b.scales)
+                    } else {
+                        let b = BlockQ5K::read(sb).unwrap();
+                        b.dequant(&mut want);
+                        (b.d, b.dmin, b.scales)
+                    };
+                    (0..256)
+                        .map(|i| {
+                            let (sc, m) = kernels_gpu::quant::get_scale_min_k4(i / 32, &scales);
+                            (f16_to_f32(d) as f64 * sc as f64 * 31.0).abs()
+                                + (f16_to_f32(dmin) as f64 * m as f64).abs()
+                        })
+                        .collect()
+                }
+            };
+            for i in 0..256 {
+                let (w, bound) = (want[i] as f64, 2f64.powi(-22) * scale[i] + 1e-30);
+                let (r, p) = (got[s * 256 + i], packed[s * 256 + i]);
+                assert!(
+                    (r - w).abs() <= bound,
+                    "{fmt:?} super {s} elem {i}: {r} vs {w}"
+                );
+                assert!(
+                    (p - w).abs() <= bound,
+                    "{fmt:?} super {s} elem {i}: packed {p} vs {w}"
+                );
+            }
         }
+        // Wrong sizes are refused, not truncated.
+        assert!(run(&src[..bytes - 1], &mut blocks).is_err());
+        assert!(run(&src, &mut blocks[..fmt.block_bytes()]).is_err());
     }
-    let mut out6 = vec![0u8; supers * 8 * Q6K_BYTES];
-    reblock::q6_k(&q6, &mut out6).unwrap();
-    let got6 = r::dequantize(BlockFormat::Q6K, &out6, supers, 256);
-    let mut out4 = vec![0u8; supers * 8 * Q4_1_BYTES];
-    reblock::q4_k_as_q4_1(&q4, &mut out4).unwrap();
-    let got4 = r::dequantize(BlockFormat::Q4_1, &out4, supers, 256);
-    for s in 0..supers {
-        BlockQ6K::read(&q6[s * 210..]).unwrap().dequant(&mut want);
-        for i in 0..256 {
-            let (got, w) = (got6[s * 256 + i], want[i] as f64);
-            // The block type rounds (d·sc)·q to f32 once; the reference is exact.
-            assert!(
-                (got - w).abs() <= 2f64.powi(-23) * w.abs(),
-                "Q6_K super {s} elem {i}: {got} vs {w}"
-            );
-        }
-        let b = BlockQ4K::read(&q4[s * 144..]).unwrap();
-        b.dequant(&mut want);
-        let (d, dmin) = (f16_to_f32(b.d) as f64, f16_to_f32(b.dmin) as f64);
-        for i in 0..256 {
-            let (got, w) = (got4[s * 256 + i], want[i] as f64);
-            let (sc, m) = kernels_gpu::quant::get_scale_min_k4(i / 32, &b.scales);
-            let bound = 2f64.powi(-11) * (d * sc as f64 * 15.0 + dmin * m as f64) + 1e-30;
-            assert!(
-                (got - w).abs() <= bound,
-                "Q4_K super {s} elem {i}: {got} vs {w} (bound {bound:.2e})"
-            );
-        }
-    }
-    // Q5_K: d, dmin first, then the 12 scale bytes, 32 bytes of fifth bits, 128 of nibbles.
-    let mut q5 = vec![0u8; supers * 176];
-    q5.iter_mut().for_each(|b| *b = g.byte());
-    for s in 0..supers {
-        for at in [0, 2] {
-            let d = g.magnitude(-4.0, -1.0);
-            q5[s * 176 + at..s * 176 + at + 2].copy_from_slice(&g.f16_bits(d).to_le_bytes());
-        }
-    }
-    let mut out5 = vec![0u8; supers * 8 * reblock::Q5K_BYTES];
-    reblock::q5_k(&q5, &mut out5).unwrap();
-    let got5 = r::dequantize(BlockFormat::Q5K, &out5, supers, 256);
-    for s in 0..supers {
-        let b = BlockQ5K::read(&q5[s * 176..]).unwrap();
-        b.dequant(&mut want);
-        let (d, dmin) = (f16_to_f32(b.d) as f64, f16_to_f32(b.dmin) as f64);
-        for i in 0..256 {
-            let (got, w) = (got5[s * 256 + i], want[i] as f64);
-            let (sc, m) = kernels_gpu::quant::get_scale_min_k4(i / 32, &b.scales);
-            let bound = 2f64.powi(-11) * (d * sc as f64 * 31.0 + dmin * m as f64) + 1e-30;
-            assert!(
-                (got - w).abs() <= bound,
-                "Q5_K super {s} elem {i}: {got} vs {w} (bound {bound:.2e})"
-            );
-        }
-    }
-    // A sub-block scale past f16's range once multiplied out is reported (the load then widens
-    // that tensor to f16 instead), not stored as infinity.
-    let mut big = q4[..144].to_vec();
+    // A Q4_K block whose d·sc would overflow the f16 the GEMM stages it as is reported (the
+    // load then widens that tensor to f16 instead), not stored to become infinity.
+    let mut big = random_supers(&mut g, BlockQ4K::BYTES, &[0, 2], 1);
     big[0..2].copy_from_slice(&half::f16::MAX.to_le_bytes());
     big[4] = 63; // sub-block 0's scale
-    assert_eq!(
-        reblock::q4_k_as_q4_1(&big, &mut out4[..8 * Q4_1_BYTES]),
-        Err(reblock::ReblockError::ScaleRange)
-    );
-    // Wrong sizes are refused, not truncated.
-    assert!(reblock::q5_k(&q5[..175], &mut out5).is_err());
-    assert!(reblock::q6_k(&q6[..209], &mut out6).is_err());
-    assert!(reblock::q4_k_as_q4_1(&q4, &mut out4[..20]).is_err());
+    let mut out = vec![0u8; 8 * formats::Q4K::BLOCK_BYTES];
+    assert_eq!(reblock::q4_k(&big, &mut out), Err(ReblockError::ScaleRange));
+}
+
+/// Packing refuses K blocks that cannot share a record: a group whose blocks differ in `d`,
+/// codes past the format's bits, or a row that is not whole groups.
+#[test]
+fn k_pack_refuses_what_it_cannot_hold() {
+    use kernels_gpu::kernels::formats::{self, split_gguf_blocks, split_plane_bytes};
+    let mut g = Gen::new(5);
+    let good = g.gguf_blocks(BlockFormat::Q5K, 8);
+    let (qb, sb) = split_plane_bytes::<formats::Q5K>(1, 256);
+    let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+    assert!(split_gguf_blocks::<formats::Q5K>(
+        &good, 1, 256, &mut qs, &mut sc
+    ));
+    let mut other_d = good.clone();
+    other_d[38] ^= 1; // block 1's d
+    assert!(!split_gguf_blocks::<formats::Q5K>(
+        &other_d, 1, 256, &mut qs, &mut sc
+    ));
+    let mut wide_code = good.clone();
+    wide_code[6] = 32; // a 6-bit code in a 5-bit format
+    assert!(!split_gguf_blocks::<formats::Q5K>(
+        &wide_code, 1, 256, &mut qs, &mut sc
+    ));
+    let (qb, sb) = split_plane_bytes::<formats::Q5K>(2, 128);
+    let (mut qs, mut sc) = (vec![0u8; qb], vec![0u8; sb]);
+    assert!(!split_gguf_blocks::<formats::Q5K>(
+        &good, 2, 128, &mut qs, &mut sc
+    ));
 }

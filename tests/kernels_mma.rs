@@ -46,7 +46,7 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
         .prop_map(move |(rows, blocks, n, acc, parts, deep, seed)| Case {
             fmt,
             rows,
-            blocks,
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             acc,
             parts,
@@ -55,39 +55,44 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
         })
 }
 
-fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, u32) {
+/// The GEMM entry of `fmt` and its (quant, staged) words per block.
+fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, (u32, u32)) {
+    fn words<F: SplitFormat>() -> (u32, u32) {
+        (F::QS_WORDS as u32, F::STAGED_WORDS as u32)
+    }
     let (main, deep_name, words) = match fmt {
         BlockFormat::Q4_0 => (
             names::kiln_mma_q4_0,
             names::kiln_mma_deep_q4_0,
-            formats::Q4_0::QS_WORDS,
+            words::<formats::Q4_0>(),
         ),
         BlockFormat::Q4_1 => (
             names::kiln_mma_q4_1,
             names::kiln_mma_deep_q4_1,
-            formats::Q4_1::QS_WORDS,
+            words::<formats::Q4_1>(),
         ),
         BlockFormat::Q8_0 => (
             names::kiln_mma_q8_0,
             names::kiln_mma_deep_q8_0,
-            formats::Q8_0::QS_WORDS,
+            words::<formats::Q8_0>(),
         ),
         BlockFormat::Q6K => (
             names::kiln_mma_q6k,
             names::kiln_mma_deep_q6k,
-            formats::Q6K::QS_WORDS,
+            words::<formats::Q6K>(),
         ),
         BlockFormat::Q5K => (
             names::kiln_mma_q5k,
             names::kiln_mma_deep_q5k,
-            formats::Q5K::QS_WORDS,
+            words::<formats::Q5K>(),
+        ),
+        BlockFormat::Q4K => (
+            names::kiln_mma_q4k,
+            names::kiln_mma_deep_q4k,
+            words::<formats::Q4K>(),
         ),
     };
-    (if deep { deep_name } else { main }, words as u32)
-}
-
-fn f16_round(v: f64) -> f64 {
-    half::f16::from_f64(v).to_f64()
+    (if deep { deep_name } else { main }, words)
 }
 
 fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
@@ -123,7 +128,7 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     // Matrix m holds rows bounds[m]..bounds[m + 1] of the weights, with its own output.
     let parts = (c.parts as usize).min(rows);
     let bounds: Vec<usize> = (0..=parts).map(|m| rows * m / parts).collect();
-    let (mma, qs_words) = entry(c.fmt, c.deep);
+    let (mma, (qs_words, staged)) = entry(c.fmt, c.deep);
     let mut args = Vec::with_capacity(16);
     let mut outs = Vec::new();
     for m in 0..3 {
@@ -162,9 +167,10 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     ]);
     let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
     let dims = if c.deep {
-        dev.shapes().mma_deep(&part_rows, n as u32, qs_words)
+        dev.shapes()
+            .mma_deep(&part_rows, n as u32, qs_words, staged)
     } else {
-        dev.shapes().mma(&part_rows, n as u32, qs_words)
+        dev.shapes().mma(&part_rows, n as u32, qs_words, staged)
     };
     dev.launch(mma, dims, &args);
     // Reassembled as one `n × rows` output.
@@ -179,8 +185,9 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     }
 
     let w = r::dequantize(c.fmt, &gguf, rows, cols);
-    let (w16, x16): (Vec<f64>, Vec<f64>) = (
-        w.iter().map(|&v| f16_round(v)).collect(),
+    let w_mag = r::weight_magnitudes(c.fmt, &gguf, rows, cols);
+    let (w16, x16) = (
+        r::gemm_weights_f16(c.fmt, &gguf, rows, cols),
         r::f16_values(&want_h),
     );
     // Every output of a small case; a spread sample (and the last) of a model-sized one.
@@ -206,9 +213,9 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
             for (k, (&a, &b)) in w16[wr.clone()].iter().zip(&x16[xr.clone()]).enumerate() {
                 s16 += a * b;
                 abs16 += (a * b).abs();
-                let term = w[wr.start + k] * x[xr.start + k] as f64;
-                s += term;
-                abs += term.abs();
+                let xk = x[xr.start + k] as f64;
+                s += w[wr.start + k] * xk;
+                abs += w_mag[wr.start + k] * xk.abs();
             }
             got.push(y[i]);
             exact.push(y0[i] as f64 + s);
@@ -228,7 +235,8 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
             );
         }
     }
-    // The f16 roundings of weights and activations: ~2⁻¹¹ each, relative to each term, so the
+    // The f16 roundings of weights and activations: ~2⁻¹¹ each, relative to each term (Q4K's and
+    // Q5K's weights relative to their scaled code and minimum: see `weight_magnitudes`), so the
     // error is measured against Σ|terms| (an output whose terms cancel is not held to 2⁻¹¹ of
     // itself: that failed one GPU case at de51df8, whose check against the f16 operands above
     // passed).
@@ -246,6 +254,7 @@ kernel_properties! {
     host_mma_q8_0, gpu_mma_q8_0: case(BlockFormat::Q8_0) => gemm;
     host_mma_q6k, gpu_mma_q6k: case(BlockFormat::Q6K) => gemm;
     host_mma_q5k, gpu_mma_q5k: case(BlockFormat::Q5K) => gemm;
+    host_mma_q4k, gpu_mma_q4k: case(BlockFormat::Q4K) => gemm;
 }
 
 /// Model-sized shapes (thousands of rows, up to 4096 columns, hundreds of tokens): GPU only.
@@ -257,6 +266,7 @@ fn gpu_mma_large() {
         BlockFormat::Q8_0,
         BlockFormat::Q6K,
         BlockFormat::Q5K,
+        BlockFormat::Q4K,
     ]);
     let case = (
         formats,
@@ -268,7 +278,7 @@ fn gpu_mma_large() {
         .prop_map(|(fmt, rows, blocks, n, seed)| Case {
             fmt,
             rows,
-            blocks,
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             acc: seed % 2 == 1,
             parts: 1 + (seed / 2 % 3) as u32,

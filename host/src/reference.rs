@@ -5,8 +5,10 @@
 //! layouts are decoded again from their definition, so a layout mistake cannot cancel out.
 //! Layouts are `row-major` with the same shapes the kernel docs state.
 
-/// The 32-element block formats the GPU keeps in split layout. `Q6K` is kiln's re-blocking
-/// of Q6_K by 32 (`kernels_gpu::quant::reblock::q6_k`), not a GGUF type; `Q5K` likewise of Q5_K.
+/// The 32-element block formats the GPU keeps in split layout. `Q4K`, `Q5K` and `Q6K` are
+/// the unpacked 32-element blocks kiln makes of a K-quant super-block
+/// (`kernels_gpu::quant::reblock`), not GGUF types: eight consecutive blocks of a row share
+/// `d` (and `dmin`) as the super-block's eight sub-blocks do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockFormat {
     Q4_0,
@@ -14,19 +16,29 @@ pub enum BlockFormat {
     Q8_0,
     Q6K,
     Q5K,
+    Q4K,
 }
 
 /// Elements per block of every [`BlockFormat`].
 pub const QK: usize = 32;
 
 impl BlockFormat {
-    /// Bytes of one GGUF block.
+    /// Bytes of one block.
     pub fn block_bytes(self) -> usize {
         match self {
             BlockFormat::Q4_0 => 18,
             BlockFormat::Q4_1 => 20,
             BlockFormat::Q8_0 => 34,
-            BlockFormat::Q6K | BlockFormat::Q5K => 36,
+            BlockFormat::Q6K => 36,
+            BlockFormat::Q5K | BlockFormat::Q4K => 38,
+        }
+    }
+
+    /// Blocks of a row that must come in whole groups sharing their `d` (a K super-block).
+    pub fn group(self) -> usize {
+        match self {
+            BlockFormat::Q6K | BlockFormat::Q5K | BlockFormat::Q4K => 8,
+            _ => 1,
         }
     }
 }
@@ -35,10 +47,11 @@ fn half(bytes: &[u8], at: usize) -> f64 {
     half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f64()
 }
 
-/// Dequantize one GGUF block:
+/// Dequantize one block:
 /// Q4_0 `{d: f16, qs: [u8; 16]}` → d·(q − 8); Q4_1 `{d, m: f16, qs: [u8; 16]}` → d·q + m;
-/// Q8_0 `{d: f16, qs: [i8; 32]}` → d·q; Q6K `{sc: [i8; 2], d: f16, qs: [i8; 32]}` →
-/// d·sc[i / 16]·q; Q5K `{d, m: f16, qs: [u8; 32]}` → d·q + m. 4-bit element i < 16 is the low nibble of byte i, element 16 + i the high
+/// Q8_0 `{d: f16, qs: [i8; 32]}` → d·q; Q6K `{d: f16, sc: [i8; 2], q: [u8; 32]}` →
+/// d·sc[i / 16]·(q − 32); Q4K and Q5K `{d, dmin: f16, sc, m: u8, q: [u8; 32]}` →
+/// d·sc·q − dmin·m. 4-bit element i < 16 is the low nibble of byte i, element 16 + i the high
 /// nibble.
 pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
     let nib = |qs: &[u8], i: usize| if i < 16 { qs[i] & 0xf } else { qs[i - 16] >> 4 } as f64;
@@ -46,8 +59,10 @@ pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
         BlockFormat::Q4_0 => half(b, 0) * (nib(&b[2..], i) - 8.0),
         BlockFormat::Q4_1 => half(b, 0) * nib(&b[4..], i) + half(b, 2),
         BlockFormat::Q8_0 => half(b, 0) * b[2 + i] as i8 as f64,
-        BlockFormat::Q6K => half(b, 2) * b[i / 16] as i8 as f64 * b[4 + i] as i8 as f64,
-        BlockFormat::Q5K => half(b, 0) * b[4 + i] as f64 + half(b, 2),
+        BlockFormat::Q6K => half(b, 0) * b[2 + i / 16] as i8 as f64 * (b[4 + i] as f64 - 32.0),
+        BlockFormat::Q5K | BlockFormat::Q4K => {
+            half(b, 0) * b[4] as f64 * b[6 + i] as f64 - half(b, 2) * b[5] as f64
+        }
     })
 }
 
@@ -57,6 +72,46 @@ pub fn dequantize(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> Ve
     gguf.chunks_exact(fmt.block_bytes())
         .flat_map(|b| dequantize_block(fmt, b))
         .collect()
+}
+
+/// The f16 weights the GEMM's tensor cores multiply (`kernels/mma.rs`): each weight rounded
+/// once to f16 from its exact value, except Q4K's and Q5K's, whose block scale `d·sc` and
+/// minimum `−dmin·m` are each rounded to f16 first and then combined by one f16 FMA (as Q4_1's
+/// stored f16 scale and minimum are).
+pub fn gemm_weights_f16(fmt: BlockFormat, blocks: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+    let f16 = |v: f64| half::f16::from_f64(v).to_f64();
+    match fmt {
+        BlockFormat::Q4K | BlockFormat::Q5K => blocks
+            .chunks_exact(fmt.block_bytes())
+            .flat_map(|b| {
+                let scale = f16(half(b, 0) * b[4] as f64);
+                let min = f16(-half(b, 2) * b[5] as f64);
+                (0..QK).map(move |i| f16(scale * b[6 + i] as f64 + min))
+            })
+            .collect(),
+        _ => dequantize(fmt, blocks, rows, cols)
+            .into_iter()
+            .map(f16)
+            .collect(),
+    }
+}
+
+/// What each weight's roundings are relative to: `|w|`, but for Q4K and Q5K, whose scaled code
+/// and minimum may cancel, `|d·sc·q| + |dmin·m|`.
+pub fn weight_magnitudes(fmt: BlockFormat, blocks: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+    match fmt {
+        BlockFormat::Q4K | BlockFormat::Q5K => blocks
+            .chunks_exact(fmt.block_bytes())
+            .flat_map(|b| {
+                let (scale, min) = (half(b, 0) * b[4] as f64, half(b, 2) * b[5] as f64);
+                (0..QK).map(move |i| (scale * b[6 + i] as f64).abs() + min.abs())
+            })
+            .collect(),
+        _ => dequantize(fmt, blocks, rows, cols)
+            .into_iter()
+            .map(f64::abs)
+            .collect(),
+    }
 }
 
 /// f16 bits to f64 (exact).
@@ -81,14 +136,16 @@ pub fn q8_activations(xq: &[i8], xds: &[f32]) -> Vec<f64> {
 }
 
 /// The coefficient of a weight block's constant part: every element is `a_i + c` with `a_i`
-/// the part that scales the quant (Q4_0: d·n, Q4_1: d·n, Q8_0: d·q) and `c` = −8d, m, 0.
+/// the part that scales the quant (Q4_0: d·n, Q4_1: d·n, Q8_0: d·q) and `c` = −8d, m, 0
+/// (Q4K, Q5K: −dmin·m; Q6K: 0, its −32 is an integer inside the dot).
 /// Q4_1's dot uses the activation block's stored `s` (f16 `d·Σq`) for `c · d_x·Σq`, as the CPU
 /// backend and llama.cpp do; Q4_0's uses the exact integer `Σq` (the kernel sums it with dp4a),
 /// matching the CPU backend's integer `Σ(q−8)·x`.
 pub fn q8_1_offset(fmt: BlockFormat, block: &[u8]) -> f64 {
     match fmt {
         BlockFormat::Q4_0 => -8.0 * half(block, 0),
-        BlockFormat::Q4_1 | BlockFormat::Q5K => half(block, 2),
+        BlockFormat::Q4_1 => half(block, 2),
+        BlockFormat::Q5K | BlockFormat::Q4K => -half(block, 2) * block[5] as f64,
         BlockFormat::Q8_0 | BlockFormat::Q6K => 0.0,
     }
 }
@@ -120,7 +177,7 @@ pub fn matvec_q8_1_abs(
     xds: &[f32],
 ) -> Vec<f64> {
     match fmt {
-        BlockFormat::Q4_1 | BlockFormat::Q5K => {
+        BlockFormat::Q4_1 | BlockFormat::Q5K | BlockFormat::Q4K => {
             q8_1_block_sums(fmt, gguf, rows, cols, xq, xds, |dot, offset| {
                 dot.abs() + offset.abs()
             })

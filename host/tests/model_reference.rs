@@ -11,7 +11,6 @@ use kiln_host::backend::cpu::Cpu;
 use kiln_host::gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use kiln_host::models::{self, Logits, Model};
 use kiln_host::quant;
-use kiln_host::reference::{self, BlockFormat};
 
 #[derive(Clone, Copy)]
 struct Synth {
@@ -613,7 +612,6 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
 /// round activations to 8 bits, differently, and the GPU path must be no less accurate.
 #[test]
 fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
-    use kernels_gpu::quant::reblock;
     use kiln_host::backend::cuda::Cuda;
     // Rows of whole 256-element super-blocks.
     for s in [
@@ -643,24 +641,8 @@ fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
             ..QWEN3
         },
     ] {
-        let (file, mut weights) = build(&s);
-        // Q4_K and Q5_K are held with their sub-block scales rounded to f16 (Q6_K exactly).
-        for (name, w) in weights.iter_mut() {
-            let info = file.tensor(name).unwrap();
-            let (super_bytes, block_bytes, fmt) = match info.ggml_type {
-                GgmlType::Q4_K => (144, reblock::Q4_1_BYTES, BlockFormat::Q4_1),
-                GgmlType::Q5_K => (176, reblock::Q5K_BYTES, BlockFormat::Q5K),
-                _ => continue,
-            };
-            let data = file.tensor_data(info);
-            let mut blocks = vec![0u8; data.len() / super_bytes * 8 * block_bytes];
-            match info.ggml_type {
-                GgmlType::Q4_K => reblock::q4_k_as_q4_1(data, &mut blocks),
-                _ => reblock::q5_k(data, &mut blocks),
-            }
-            .unwrap();
-            *w = reference::dequantize(fmt, &blocks, w.len() / 256, 256);
-        }
+        // All three K formats are held exactly as in the file.
+        let (file, weights) = build(&s);
         let want = reference(&s, &weights, &TOKENS);
         let f32x = Cuda::host::<policies::Hopper>().with_f32_activations();
         let err = rel_err(&decode_steps(&f32x, &file, &TOKENS), &want);

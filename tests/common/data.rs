@@ -49,29 +49,43 @@ impl Gen {
         half::f16::from_f32(v).to_bits()
     }
 
-    /// `blocks` random GGUF blocks of `fmt`: every quant bit pattern is possible, scales are
-    /// random f16 of either sign over a few decades (and Q4_1/Q5K minimums of either sign); Q6K
-    /// blocks have any i8 sub-block scales and every 6-bit code, Q5K every 5-bit code.
+    /// `blocks` random blocks of `fmt`: every quant bit pattern is possible, scales are random
+    /// f16 of either sign over a few decades (and Q4_1 minimums of either sign). K blocks come
+    /// in groups of eight sharing `d` (`dmin`), as a super-block's sub-blocks do (`blocks` must
+    /// be a multiple of eight): Q6K with any i8 sub-block scales and every 6-bit code, Q4K/Q5K
+    /// with any 6-bit `sc`, `m` and every 4/5-bit code.
     pub fn gguf_blocks(&mut self, fmt: BlockFormat, blocks: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(blocks * fmt.block_bytes());
-        for _ in 0..blocks {
-            if fmt == BlockFormat::Q6K {
-                // Sub-block scales of any i8 value, codes of Q6_K's range −32..=31.
-                out.extend([self.byte(), self.byte()]);
+        if fmt.group() > 1 {
+            assert!(
+                blocks.is_multiple_of(fmt.group()),
+                "{blocks} {fmt:?} blocks"
+            );
+            for _ in 0..blocks / fmt.group() {
                 let d = self.sign() * self.magnitude(-5.0, -3.0);
-                out.extend(self.f16_bits(d).to_le_bytes());
-                out.extend((0..QK).map(|_| (self.below(64) as i32 - 32) as u8));
-                continue;
+                let dmin = self.sign() * self.magnitude(-4.0, -2.0);
+                let header = [
+                    self.f16_bits(d).to_le_bytes(),
+                    self.f16_bits(dmin).to_le_bytes(),
+                ];
+                for _ in 0..fmt.group() {
+                    out.extend(header[0]);
+                    if fmt == BlockFormat::Q6K {
+                        out.extend([self.byte(), self.byte()]);
+                        out.extend((0..QK).map(|_| self.below(64) as u8));
+                    } else {
+                        out.extend(header[1]);
+                        out.extend([self.below(64) as u8, self.below(64) as u8]);
+                        let limit = if fmt == BlockFormat::Q5K { 32 } else { 16 };
+                        out.extend((0..QK).map(|_| self.below(limit) as u8));
+                    }
+                }
             }
+            return out;
+        }
+        for _ in 0..blocks {
             let d = self.sign() * self.magnitude(-3.0, -1.0);
             out.extend(self.f16_bits(d).to_le_bytes());
-            if fmt == BlockFormat::Q5K {
-                // Minimums of either sign, codes of Q5_K's range 0..32.
-                let m = self.sign() * self.magnitude(-3.0, 0.0);
-                out.extend(self.f16_bits(m).to_le_bytes());
-                out.extend((0..QK).map(|_| self.below(32) as u8));
-                continue;
-            }
             if fmt == BlockFormat::Q4_1 {
                 let m = self.sign() * self.magnitude(-3.0, 0.0);
                 out.extend(self.f16_bits(m).to_le_bytes());

@@ -281,6 +281,7 @@ pub fn split_planes(
         reference::BlockFormat::Q8_0 => go::<formats::Q8_0>(gguf, rows, cols),
         reference::BlockFormat::Q6K => go::<formats::Q6K>(gguf, rows, cols),
         reference::BlockFormat::Q5K => go::<formats::Q5K>(gguf, rows, cols),
+        reference::BlockFormat::Q4K => go::<formats::Q4K>(gguf, rows, cols),
     }
 }
 

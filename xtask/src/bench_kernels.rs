@@ -7,7 +7,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
 use kernels_gpu::entries::names;
-use kernels_gpu::kernels::formats::{self, SplitFormat};
+use kernels_gpu::kernels::formats::{self, SplitFormat, load_side};
 use kernels_gpu::kernels::launch::Dims;
 use kiln_host::cuda::{Arg, DBuf, Gpu};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -182,9 +182,9 @@ fn bench_matvec<F: SplitFormat>(
         for b in 0..nb {
             let blk = row * nb + b;
             let qs = &w.host_qs[blk * F::QS_WORDS * 4..];
-            let sc = &w.host_scales[blk * F::SCALE_BYTES..];
+            let side = load_side::<F>(w.host_scales.as_ptr(), blk);
             for i in 0..32 {
-                let wv = F::element(qs.as_ptr(), sc.as_ptr(), i) as f64;
+                let wv = F::element(qs.as_ptr(), side, i) as f64;
                 let xv = q[b * 32 + i] as f64 * s[2 * b] as f64;
                 acc += wv * xv;
                 mag += (wv * xv).abs();
@@ -295,13 +295,13 @@ fn bench_gemm<F: SplitFormat>(
         Arg::U32(c32),
         Arg::U32(0),
     ];
-    let gemm = match F::GGUF_BYTES {
+    let gemm = match F::BLOCK_BYTES {
         18 => names::kiln_mma_q4_0,
         20 => names::kiln_mma_q4_1,
         _ => names::kiln_mma_q8_0,
     };
     let (matvec, mv_dims, _) = matvec_launch::<F>(gpu, r32, t32);
-    let gemm_dims = sh.mma(&[r32], t32, F::QS_WORDS as u32);
+    let gemm_dims = sh.mma(&[r32], t32, F::QS_WORDS as u32, F::STAGED_WORDS as u32);
     gpu.launch(gemm, gemm_dims, &gemm_args)?;
     gpu.synchronize()?;
     let got = gpu.download(&y)?;
@@ -315,13 +315,13 @@ fn bench_gemm<F: SplitFormat>(
         let (mut acc, mut mag) = (0f64, 0f64);
         for b in 0..nb {
             let blk = row * nb + b;
-            let (qs, sc) = (
+            let (qs, side) = (
                 &w.host_qs[blk * F::QS_WORDS * 4..],
-                &w.host_scales[blk * F::SCALE_BYTES..],
+                load_side::<F>(w.host_scales.as_ptr(), blk),
             );
             for i in 0..32 {
                 // The operands the tensor cores multiply: each rounded once to f16.
-                let wv = f16(F::element(qs.as_ptr(), sc.as_ptr(), i));
+                let wv = f16(F::element(qs.as_ptr(), side, i));
                 let xv = f16(x[t * cols + b * 32 + i]);
                 acc += wv * xv;
                 mag += (wv * xv).abs();
@@ -371,7 +371,7 @@ fn bench_gemm<F: SplitFormat>(
 fn matvec_launch<F: SplitFormat>(gpu: &Gpu, rows: u32, n: u32) -> (&'static str, Dims, u32) {
     let (sh, sms) = (gpu.shapes(), gpu.sm_count());
     let wide = sh.matvec_takes_wide(rows, sms);
-    let k = match (F::GGUF_BYTES, wide) {
+    let k = match (F::BLOCK_BYTES, wide) {
         (18, false) => names::kiln_matvec_q4_0,
         (20, false) => names::kiln_matvec_q4_1,
         (_, false) => names::kiln_matvec_q8_0,

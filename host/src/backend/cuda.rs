@@ -175,12 +175,12 @@ impl Cuda {
             }
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
                 let r = match info.ggml_type {
-                    GgmlType::Q4_K => &Q4_K_AS_Q4_1,
+                    GgmlType::Q4_K => &Q4_K_AS_Q4K,
                     GgmlType::Q5_K => &Q5_K_AS_Q5K,
                     _ => &Q6_K_AS_Q6K,
                 };
                 match reblock_rows(data, rows, cols, name, r)? {
-                    Some(blocks) => (r.store)(gpu, r.held_as, &blocks, rows, cols, name, mapped)?,
+                    Some(blocks) => (r.store)(gpu, r.from, &blocks, rows, cols, name, mapped)?,
                     // A scale past f16's range once multiplied out (Q4_K, Q5_K): keep the
                     // tensor, at f16.
                     None => Storage::F16(gpu.upload(&widen_to_f16(
@@ -196,7 +196,7 @@ impl Cuda {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
             other => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q6_K, F16, F32 natively; Q4_K as Q4_1, Q5_K re-blocked; BF16 widened to f16); use --device cpu",
+                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, F32 natively; BF16 widened to f16); use --device cpu",
                 other.name()
             ),
         };
@@ -421,31 +421,39 @@ impl Cuda {
         x: &CudaTensor,
         acc: bool,
     ) -> Result<()> {
-        let (k, deep, qs_words) = match ty {
+        fn words<F: SplitFormat>() -> (usize, usize) {
+            (F::QS_WORDS, F::STAGED_WORDS)
+        }
+        let (k, deep, (qs_words, staged)) = match ty {
             GgmlType::Q4_0 => (
                 names::kiln_mma_q4_0,
                 names::kiln_mma_deep_q4_0,
-                formats::Q4_0::QS_WORDS,
+                words::<formats::Q4_0>(),
             ),
             GgmlType::Q4_1 => (
                 names::kiln_mma_q4_1,
                 names::kiln_mma_deep_q4_1,
-                formats::Q4_1::QS_WORDS,
+                words::<formats::Q4_1>(),
+            ),
+            GgmlType::Q4_K => (
+                names::kiln_mma_q4k,
+                names::kiln_mma_deep_q4k,
+                words::<formats::Q4K>(),
             ),
             GgmlType::Q5_K => (
                 names::kiln_mma_q5k,
                 names::kiln_mma_deep_q5k,
-                formats::Q5K::QS_WORDS,
+                words::<formats::Q5K>(),
             ),
             GgmlType::Q6_K => (
                 names::kiln_mma_q6k,
                 names::kiln_mma_deep_q6k,
-                formats::Q6K::QS_WORDS,
+                words::<formats::Q6K>(),
             ),
             _ => (
                 names::kiln_mma_q8_0,
                 names::kiln_mma_deep_q8_0,
-                formats::Q8_0::QS_WORDS,
+                words::<formats::Q8_0>(),
             ),
         };
         ensure!(
@@ -481,11 +489,14 @@ impl Cuda {
         // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
-        let dims = sh.mma(&rows, x.rows as u32, qs_words as u32);
+        let dims = sh.mma(&rows, x.rows as u32, qs_words as u32, staged as u32);
         let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
         let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
         let (k, dims) = if self.gemm_deep && blocks <= small {
-            (deep, sh.mma_deep(&rows, x.rows as u32, qs_words as u32))
+            (
+                deep,
+                sh.mma_deep(&rows, x.rows as u32, qs_words as u32, staged as u32),
+            )
         } else {
             (k, dims)
         };
@@ -1375,42 +1386,38 @@ impl Backend for Cuda {
     }
 }
 
-/// A K-quant's re-blocking by 32 for a split format (`kernels_gpu::quant::reblock`).
+/// A K-quant's re-blocking by 32 for its split format (`kernels_gpu::quant::reblock`).
 struct Reblock {
     from: GgmlType,
-    /// Bytes of one 256-element super-block, and of one 32-element block made from it.
+    /// Bytes of one 256-element super-block, and of one unpacked 32-element block made from it.
     super_bytes: usize,
     block_bytes: usize,
     run: fn(&[u8], &mut [u8]) -> Result<(), ReblockError>,
-    /// The type the kernels see (picks the entries) and the split that uploads the blocks.
-    held_as: GgmlType,
+    /// The split that packs and uploads the blocks.
     store: SplitStore,
 }
 
 /// [`split`] for one format.
 type SplitStore = fn(&Gpu, GgmlType, &[u8], usize, usize, &str, bool) -> Result<Storage>;
-const Q4_K_AS_Q4_1: Reblock = Reblock {
+const Q4_K_AS_Q4K: Reblock = Reblock {
     from: GgmlType::Q4_K,
     super_bytes: 144,
-    block_bytes: reblock::Q4_1_BYTES,
-    run: reblock::q4_k_as_q4_1,
-    held_as: GgmlType::Q4_1,
-    store: split::<formats::Q4_1>,
+    block_bytes: formats::Q4K::BLOCK_BYTES,
+    run: reblock::q4_k,
+    store: split::<formats::Q4K>,
 };
 const Q5_K_AS_Q5K: Reblock = Reblock {
     from: GgmlType::Q5_K,
     super_bytes: 176,
-    block_bytes: reblock::Q5K_BYTES,
+    block_bytes: formats::Q5K::BLOCK_BYTES,
     run: reblock::q5_k,
-    held_as: GgmlType::Q5_K,
     store: split::<formats::Q5K>,
 };
 const Q6_K_AS_Q6K: Reblock = Reblock {
     from: GgmlType::Q6_K,
     super_bytes: 210,
-    block_bytes: reblock::Q6K_BYTES,
+    block_bytes: formats::Q6K::BLOCK_BYTES,
     run: reblock::q6_k,
-    held_as: GgmlType::Q6_K,
     store: split::<formats::Q6K>,
 };
 
@@ -1496,14 +1503,15 @@ fn widen_to_f16(
     Ok(out)
 }
 
-/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K, Q5K.
-type FormatEntries = [&'static str; 5];
+/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K, Q5K, Q4K.
+type FormatEntries = [&'static str; 6];
 const MATVEC: FormatEntries = [
     names::kiln_matvec_q4_0,
     names::kiln_matvec_q4_1,
     names::kiln_matvec_q8_0,
     names::kiln_matvec_q6k,
     names::kiln_matvec_q5k,
+    names::kiln_matvec_q4k,
 ];
 const MATVEC_WIDE: FormatEntries = [
     names::kiln_matvec_wide_q4_0,
@@ -1511,6 +1519,7 @@ const MATVEC_WIDE: FormatEntries = [
     names::kiln_matvec_wide_q8_0,
     names::kiln_matvec_wide_q6k,
     names::kiln_matvec_wide_q5k,
+    names::kiln_matvec_wide_q4k,
 ];
 const MATVEC3: FormatEntries = [
     names::kiln_matvec3_q4_0,
@@ -1518,6 +1527,7 @@ const MATVEC3: FormatEntries = [
     names::kiln_matvec3_q8_0,
     names::kiln_matvec3_q6k,
     names::kiln_matvec3_q5k,
+    names::kiln_matvec3_q4k,
 ];
 const MATVEC_F32X: FormatEntries = [
     names::kiln_matvec_f32x_q4_0,
@@ -1525,6 +1535,7 @@ const MATVEC_F32X: FormatEntries = [
     names::kiln_matvec_f32x_q8_0,
     names::kiln_matvec_f32x_q6k,
     names::kiln_matvec_f32x_q5k,
+    names::kiln_matvec_f32x_q4k,
 ];
 const MATVEC_SWIGLU: FormatEntries = [
     names::kiln_matvec_swiglu_q4_0,
@@ -1532,6 +1543,7 @@ const MATVEC_SWIGLU: FormatEntries = [
     names::kiln_matvec_swiglu_q8_0,
     names::kiln_matvec_swiglu_q6k,
     names::kiln_matvec_swiglu_q5k,
+    names::kiln_matvec_swiglu_q4k,
 ];
 const EMBED: FormatEntries = [
     names::kiln_embed_q4_0,
@@ -1539,6 +1551,7 @@ const EMBED: FormatEntries = [
     names::kiln_embed_q8_0,
     names::kiln_embed_q6k,
     names::kiln_embed_q5k,
+    names::kiln_embed_q4k,
 ];
 const MATVEC3_WIDE: FormatEntries = [
     names::kiln_matvec3_wide_q4_0,
@@ -1546,16 +1559,18 @@ const MATVEC3_WIDE: FormatEntries = [
     names::kiln_matvec3_wide_q8_0,
     names::kiln_matvec3_wide_q6k,
     names::kiln_matvec3_wide_q5k,
+    names::kiln_matvec3_wide_q4k,
 ];
 
 /// The entry of `entries` for split format `ty` (Q8_0 for anything else: only the split
-/// formats are stored split; Q4_K is stored as Q4_1).
+/// formats are stored split).
 fn by_format(ty: GgmlType, entries: FormatEntries) -> &'static str {
     match ty {
         GgmlType::Q4_0 => entries[0],
         GgmlType::Q4_1 => entries[1],
         GgmlType::Q6_K => entries[3],
         GgmlType::Q5_K => entries[4],
+        GgmlType::Q4_K => entries[5],
         _ => entries[2],
     }
 }

@@ -32,11 +32,11 @@ pub trait LaunchShapes: Send + Sync {
     /// The fused QK-norm + RoPE + KV-store launch of `n` tokens.
     fn rope_store(&self, heads: u32, kv_heads: u32, n: u32) -> Dims;
     /// Quantized GEMM over up to three matrices (`rows` each) with `qs_words` u32 of quants
-    /// per block.
-    fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims;
+    /// and `staged` u32 of scales per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
+    fn mma(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims;
     /// The same GEMM with the policy's deep k-stages (`policies::DeepK`, the `kiln_mma_deep_*`
     /// entries).
-    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims;
+    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims;
     /// Most blocks per SM of a GEMM launch that takes the deep k-stages (0: never).
     fn gemm_deep_max_blocks_per_sm(&self) -> u32;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
@@ -104,11 +104,11 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims {
         launch::quantize_q8_1::<P>(cols, n)
     }
-    fn mma(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims {
-        launch::mma::<P>(rows, n, qs_words)
+    fn mma(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims {
+        launch::mma::<P>(rows, n, qs_words, staged)
     }
-    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32) -> Dims {
-        launch::mma::<DeepK<P>>(rows, n, qs_words)
+    fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims {
+        launch::mma::<DeepK<P>>(rows, n, qs_words, staged)
     }
     fn gemm_deep_max_blocks_per_sm(&self) -> u32 {
         P::GEMM_DEEP_MAX_BLOCKS_PER_SM

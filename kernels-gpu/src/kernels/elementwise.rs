@@ -1,7 +1,7 @@
 //! One-thread-per-element kernels. Launch: [`launch::flat`](crate::kernels::launch::flat) with the
 //! thread count each doc names; threads past it return at once.
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat};
+use crate::kernels::formats::{QK, SplitFormat, load_side};
 use policies::TargetPolicy;
 
 #[inline(always)]
@@ -108,7 +108,7 @@ pub unsafe fn embed_split<P: TargetPolicy, F: SplitFormat>(
     let v = unsafe {
         F::element(
             qs.add(blk * F::QS_WORDS * 4),
-            scales.add(blk * F::SCALE_BYTES),
+            load_side::<F>(scales, blk),
             c % QK,
         )
     };

@@ -4,9 +4,10 @@
 //!
 //! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
 //! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
-use crate::device::{
-    dp4a_s32, f16_to_f32, f32_to_f16, fma_f16x2, fma_f32, mul_f16x2, prmt, sub_f16x2,
-};
+use crate::device::{dp4a_s32, f16_to_f32, fma_f16x2, fma_f32, mul_f16x2, prmt, sub_f16x2};
+
+mod kquant;
+pub use kquant::{Q4K, Q5K, Q6K};
 
 /// Elements per quant block of every split format.
 pub const QK: usize = 32;
@@ -56,53 +57,75 @@ pub fn pick_matrix(
     }
 }
 
-/// One GGUF 32-element block format in split layout.
+/// What a block's dot needs beside its quant words, loaded together with them from the scales
+/// plane ([`load_side`]): the scale bits in word 0 and, for [`Q5K`] and [`Q6K`], the high code
+/// bits in the others. Words a format does not use stay 0 (and cost no register).
+pub type Side = [u32; 3];
+
+/// One 32-element block format in split layout: a quants plane of `QS_WORDS` words per block
+/// and a scales plane of one `RECORD_BYTES` record per `GROUP` consecutive blocks of a row.
 ///
 /// `scale`/`qs` pointers point into the device planes; the methods are safe to call only from
 /// kernel bodies that uphold the kernel's own pointer contract (hence the lint allowance: they
 /// are leaf helpers of `unsafe` kernels, not a public safe API).
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub trait SplitFormat: 'static {
-    /// u32 words of quants per block (16 bytes for 4-bit, 32 for 8-bit).
+    /// u32 words of quants per block (16 bytes for 4-bit low bits, 32 for 8-bit).
     const QS_WORDS: usize;
-    /// Bytes of scale data per block in the scales plane.
-    const SCALE_BYTES: usize;
-    /// Bytes of the GGUF block this comes from.
-    const GGUF_BYTES: usize;
+    /// Blocks sharing one record of the scales plane: 1, or 8 for the K formats (a GGUF
+    /// super-block, whose `d` is stored once as in the file).
+    const GROUP: usize = 1;
+    /// Bytes of one scales-plane record.
+    const RECORD_BYTES: usize;
+    /// Bytes of one block as [`pack`](Self::pack) takes it: the GGUF block for the legacy
+    /// formats, kiln's unpacked block (scales, then one code per byte) for the K formats.
+    const BLOCK_BYTES: usize;
+    /// u32 words the GEMM stages per block and row ([`staged`](Self::staged)).
+    const STAGED_WORDS: usize = 2;
 
-    /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used; `scale_bits` from
-    /// [`scale_bits`](Self::scale_bits)) with one activation
-    /// block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` = xd·Σxq): the exact integer dot of
-    /// [`codes4`](Self::codes4) with `xq`, then [`scale_dot`](Self::scale_dot).
+    /// Block `j` (0..GROUP) of the group whose record starts at `record`: its [`Side`].
+    /// This default reads the legacy formats' one f16 scale (and minimum), the record's start.
     #[inline(always)]
-    fn block_dot(acc: f32, qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+    fn load_side(record: *const u8, _j: usize) -> Side {
+        let bits = if Self::RECORD_BYTES == 4 {
+            unsafe { (record as *const u32).read() }
+        } else {
+            unsafe { (record as *const u16).read() as u32 }
+        };
+        [bits, 0, 0]
+    }
+
+    /// Host side: `GROUP` consecutive blocks of one row (`blocks`, `BLOCK_BYTES` each) into
+    /// their quants (`qs`, `GROUP · QS_WORDS · 4` bytes) and their record. `false` if the
+    /// blocks cannot share a record (a K group whose blocks differ in `d`).
+    /// This default is the legacy split: the record is the GGUF block's leading scale bytes.
+    fn pack(blocks: &[u8], qs: &mut [u8], record: &mut [u8]) -> bool {
+        record.copy_from_slice(&blocks[..Self::RECORD_BYTES]);
+        qs.copy_from_slice(&blocks[Self::RECORD_BYTES..]);
+        true
+    }
+
+    /// Dot of one weight block (`qs`: its first `QS_WORDS` words are used; `side` from
+    /// [`load_side`]) with one activation block (`xq`: 32 i8 as 8 words; `xd` scale, `xs` =
+    /// xd·Σxq): the exact integer dot of the codes with `xq`, then
+    /// [`scale_dot`](Self::scale_dot).
+    #[inline(always)]
+    fn block_dot(acc: f32, qs: &[u32; 8], side: Side, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
         Self::scale_dot(
             acc,
-            Self::scales(scale_bits),
-            Self::int_dot(qs, scale_bits, xq) as f32,
+            Self::scales(side),
+            Self::int_dot(qs, side, xq) as f32,
             xd,
             xs,
         )
     }
 
-    /// Σ codes·xq over one block, exact (`dp4a`); formats with integer sub-block scales in
-    /// `scale_bits` (Q6K) weight each sub-block's sum by its scale, still exactly.
-    fn int_dot(qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8]) -> i32;
+    /// Σ codes·xq over one block, exact (`dp4a`); formats with integer sub-block scales (Q6K)
+    /// weight each sub-block's sum by its scale, still exactly.
+    fn int_dot(qs: &[u32; 8], side: Side, xq: &[u32; 8]) -> i32;
 
-    /// The block's scale data (`SCALE_BYTES` at `scale`, little-endian) in one aligned load.
-    /// The mat-vec issues it together with the block's quants, so its latency overlaps theirs
-    /// (loaded where it is used, it would be a second round trip after them).
-    #[inline(always)]
-    fn scale_bits(scale: *const u8) -> u32 {
-        if Self::SCALE_BYTES == 4 {
-            unsafe { (scale as *const u32).read() }
-        } else {
-            unsafe { (scale as *const u16).read() as u32 }
-        }
-    }
-
-    /// [`scale_bits`](Self::scale_bits) as f32: `[d, m]` (`m` = 0 for formats without one).
-    fn scales(bits: u32) -> [f32; 2];
+    /// The block's float scales `[d, m]` (`m` = 0 for formats without a minimum).
+    fn scales(side: Side) -> [f32; 2];
 
     /// `acc` plus the float part of a block dot, from the exact integer dot `dot` of the codes
     /// with the activation codes (as f32: |dot| ≤ 32·128² is exact). The mat-vec and the GEMM
@@ -119,24 +142,36 @@ pub trait SplitFormat: 'static {
     /// `t` of a quad takes for k-step `s` (0, 1) of a block in the f16 GEMM (`kernels/mma.rs`).
     fn step_word(s: u32, t: u32) -> u32;
 
-    /// Those four elements' codes, from their word, as unsigned bytes (lowest element lowest).
-    fn step_codes(word: u32, s: u32) -> u32;
+    /// Those four elements' codes, from their word (and the block's [`staged`](Self::staged)
+    /// words, which hold the K formats' high bits), as unsigned bytes (lowest element lowest).
+    fn step_codes(word: u32, s: u32, t: u32, staged: [u32; 4]) -> u32;
 
-    /// The block's raw scale bits (`SCALE_BYTES`, little-endian) as f16 pairs `[d·(1,1),
-    /// m·(1,1)]`: every scale is an f16 already, so this is a shuffle, not a conversion.
-    fn scales_f16x2(raw: u32) -> [u32; 2];
+    /// What the GEMM keeps of a block's [`Side`] in shared memory (`STAGED_WORDS` words):
+    /// the scales as f16 pairs `[d·(1,1), m·(1,1)]` (a shuffle for the legacy formats, whose
+    /// scales are f16 already), then any high bits.
+    fn staged(side: Side) -> [u32; 4];
 
     /// Two elements of k-step `s` as f16x2, rounded once from their exact values, given their
     /// unsigned codes `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`])
-    /// and the [`scales_f16x2`](Self::scales_f16x2).
-    fn dequant_f16x2(biased: u32, s: u32, scales: [u32; 2]) -> u32;
+    /// and the [`staged`](Self::staged) words.
+    fn dequant_f16x2(biased: u32, s: u32, staged: [u32; 4]) -> u32;
 
-    /// Element `i` (0..32) of a block, dequantized.
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32;
+    /// Element `i` (0..32) of a block (`qs`: its quants), dequantized.
+    fn element(qs: *const u8, side: Side, i: usize) -> f32;
 
     /// Dot of one weight block (its quants already in registers) with 32 f32 activations,
     /// in f32: `Σ value(i)·x[i]`, no activation quantization.
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32;
+    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32;
+}
+
+/// The [`Side`] of block `blk` (row-major block index) of a matrix whose scales plane starts at
+/// `scales` (rows never share a record: a row's blocks are a whole number of groups).
+#[inline(always)]
+pub fn load_side<F: SplitFormat>(scales: *const u8, blk: usize) -> Side {
+    F::load_side(
+        scales.wrapping_add(blk / F::GROUP * F::RECORD_BYTES),
+        blk % F::GROUP,
+    )
 }
 
 /// Σ q(i)·x[i] and Σ x[i] over a 4-bit block in f32 (nibble order as [`nibble_dot`]).
@@ -156,11 +191,6 @@ fn nibble_dot_f32(qs: &[u32; 8], x: &[f32; 32]) -> (f32, f32) {
         w += 1;
     }
     (s, sx)
-}
-
-#[inline(always)]
-fn half_at(p: *const u8) -> f32 {
-    f16_to_f32(unsafe { (p as *const u16).read_unaligned() })
 }
 
 /// Σ over a 4-bit block: word w holds elements 4w..4w+3 in its low nibbles and 16+4w.. in its
@@ -210,41 +240,23 @@ fn byte_dot(qs: &[u32; 8], xq: &[u32; 8]) -> i32 {
     s
 }
 
-/// The formats with a minimum (value = d·q + m; Q4_1, Q5K): `[d, m]` from their two halves.
+/// Q4_1's `[d, m]` from the two halves of its scale bits.
 #[inline(always)]
 fn min_scales(bits: u32) -> [f32; 2] {
     [f16_to_f32(bits as u16), f16_to_f32((bits >> 16) as u16)]
 }
 
-/// [`SplitFormat::scale_dot`] of the formats with a minimum: `d_w·d_x·dot + m·s`, `s` being
+/// [`SplitFormat::scale_dot`] of the formats with a minimum (Q4_1, Q4K, Q5K): `d_w·d_x·dot + m·s`, `s` being
 /// the activation block's stored `d_x·Σq`.
 #[inline(always)]
 fn min_scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
     fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
 }
 
+/// `d·u + m` of unsigned codes `u` given as the halves `1024 + u`, from staged `[d, m]` pairs.
 #[inline(always)]
-fn min_scales_f16x2(raw: u32) -> [u32; 2] {
-    [f16x2_splat(raw & 0xffff), f16x2_splat(raw >> 16)]
-}
-
-/// `d·u + m` of unsigned codes `u` given as the halves `1024 + u`.
-#[inline(always)]
-fn min_dequant_f16x2(biased: u32, scales: [u32; 2]) -> u32 {
-    fma_f16x2(sub_f16x2(biased, F16_1024), scales[0], scales[1])
-}
-
-/// [`SplitFormat::step_word`] of the byte-code formats (Q8_0, Q6K): one code per byte, so the
-/// word of elements `16s + 4t ..` is `4s + t`.
-#[inline(always)]
-fn s8_step_word(s: u32, t: u32) -> u32 {
-    4 * s + t
-}
-
-/// [`SplitFormat::step_codes`] of the byte-code formats: s8 `c` → u8 `c + 128`.
-#[inline(always)]
-fn s8_step_codes(word: u32) -> u32 {
-    word ^ 0x8080_8080
+fn min_dequant_f16x2(biased: u32, staged: [u32; 4]) -> u32 {
+    fma_f16x2(sub_f16x2(biased, F16_1024), staged[0], staged[1])
 }
 
 /// f16x2 of (`v`, `v`).
@@ -257,6 +269,12 @@ const F16_1024: u32 = f16x2_splat(0x6400);
 const F16_1032: u32 = f16x2_splat(0x6408);
 const F16_1152: u32 = f16x2_splat(0x6480);
 
+/// The f16x2 pairs `[d·(1,1), 0, 0, 0]` the GEMM stages for a format with one f16 scale.
+#[inline(always)]
+fn scale_staged(bits: u32) -> [u32; 4] {
+    [f16x2_splat(bits & 0xffff), 0, 0, 0]
+}
+
 /// Q4_0: value = d·(q − 8). Its codes are q − 8 (s8), so the integer dot already holds the
 /// −8·Σx term exactly; the mat-vec gets the same integer from the raw nibbles and the exact
 /// Σx (four more `dp4a`). Using the f16-rounded `d·Σq` instead would cost ~1e-2 relative
@@ -265,10 +283,10 @@ pub struct Q4_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_0 {
     const QS_WORDS: usize = 4;
-    const SCALE_BYTES: usize = 2;
-    const GGUF_BYTES: usize = 18;
+    const RECORD_BYTES: usize = 2;
+    const BLOCK_BYTES: usize = 18;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
         let mut sum_x = 0;
         let mut w = 0;
         while w < 8 {
@@ -278,34 +296,34 @@ impl SplitFormat for Q4_0 {
         nibble_dot(qs, xq) - 8 * sum_x
     }
     #[inline(always)]
-    fn scales(bits: u32) -> [f32; 2] {
-        [f16_to_f32(bits as u16), 0.0]
+    fn scales(side: Side) -> [f32; 2] {
+        [f16_to_f32(side[0] as u16), 0.0]
     }
     #[inline(always)]
     fn step_word(_s: u32, t: u32) -> u32 {
         t
     }
     #[inline(always)]
-    fn step_codes(word: u32, s: u32) -> u32 {
+    fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
     #[inline(always)]
-    fn scales_f16x2(raw: u32) -> [u32; 2] {
-        [f16x2_splat(raw & 0xffff), 0]
+    fn staged(side: Side) -> [u32; 4] {
+        scale_staged(side[0])
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
+    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
         // 1024 + q − 1032 = q − 8 is exact in f16; the product is the one rounding.
-        mul_f16x2(sub_f16x2(biased, F16_1032), scales[0])
+        mul_f16x2(sub_f16x2(biased, F16_1032), staged[0])
     }
     #[inline(always)]
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
-        half_at(scale) * (nibble(qs, i) - 8.0)
+    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+        Self::scales(side)[0] * (nibble(qs, i) - 8.0)
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
         let (s, sx) = nibble_dot_f32(qs, x);
-        half_at(scale) * (s - 8.0 * sx)
+        Self::scales(side)[0] * (s - 8.0 * sx)
     }
 }
 
@@ -314,15 +332,15 @@ pub struct Q4_1;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_1 {
     const QS_WORDS: usize = 4;
-    const SCALE_BYTES: usize = 4;
-    const GGUF_BYTES: usize = 20;
+    const RECORD_BYTES: usize = 4;
+    const BLOCK_BYTES: usize = 20;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
         nibble_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(bits: u32) -> [f32; 2] {
-        min_scales(bits)
+    fn scales(side: Side) -> [f32; 2] {
+        min_scales(side[0])
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
@@ -333,25 +351,32 @@ impl SplitFormat for Q4_1 {
         t
     }
     #[inline(always)]
-    fn step_codes(word: u32, s: u32) -> u32 {
+    fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
     #[inline(always)]
-    fn scales_f16x2(raw: u32) -> [u32; 2] {
-        min_scales_f16x2(raw)
+    fn staged(side: Side) -> [u32; 4] {
+        [
+            f16x2_splat(side[0] & 0xffff),
+            f16x2_splat(side[0] >> 16),
+            0,
+            0,
+        ]
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
-        min_dequant_f16x2(biased, scales)
+    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
+        min_dequant_f16x2(biased, staged)
     }
     #[inline(always)]
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
-        half_at(scale) * nibble(qs, i) + half_at(unsafe { scale.add(2) })
+    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+        let [d, m] = Self::scales(side);
+        d * nibble(qs, i) + m
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
         let (s, sx) = nibble_dot_f32(qs, x);
-        half_at(scale) * s + half_at(unsafe { scale.add(2) }) * sx
+        let [d, m] = Self::scales(side);
+        d * s + m * sx
     }
 }
 
@@ -360,189 +385,60 @@ pub struct Q8_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q8_0 {
     const QS_WORDS: usize = 8;
-    const SCALE_BYTES: usize = 2;
-    const GGUF_BYTES: usize = 34;
+    const RECORD_BYTES: usize = 2;
+    const BLOCK_BYTES: usize = 34;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
         byte_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(bits: u32) -> [f32; 2] {
-        [f16_to_f32(bits as u16), 0.0]
+    fn scales(side: Side) -> [f32; 2] {
+        [f16_to_f32(side[0] as u16), 0.0]
     }
     #[inline(always)]
     fn step_word(s: u32, t: u32) -> u32 {
-        s8_step_word(s, t)
+        4 * s + t // one code per byte
     }
     #[inline(always)]
-    fn step_codes(word: u32, _s: u32) -> u32 {
-        s8_step_codes(word)
+    fn step_codes(word: u32, _s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
+        word ^ 0x8080_8080 // s8 c → u8 c + 128
     }
     #[inline(always)]
-    fn scales_f16x2(raw: u32) -> [u32; 2] {
-        [f16x2_splat(raw & 0xffff), 0]
+    fn staged(side: Side) -> [u32; 4] {
+        scale_staged(side[0])
     }
     #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
-        mul_f16x2(sub_f16x2(biased, F16_1152), scales[0])
+    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
+        mul_f16x2(sub_f16x2(biased, F16_1152), staged[0])
     }
     #[inline(always)]
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
-        half_at(scale) * unsafe { *qs.add(i) } as i8 as f32
+    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+        Self::scales(side)[0] * unsafe { *qs.add(i) } as i8 as f32
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
         let mut s = 0.0;
         let mut i = 0;
         while i < 32 {
             s += ((qs[i / 4] >> (8 * (i % 4))) as u8 as i8) as f32 * x[i];
             i += 1;
         }
-        half_at(scale) * s
-    }
-}
-
-/// Q6_K re-blocked by 32 at load ([`crate::quant::reblock::q6_k`], exact): value = d·sc·c with
-/// the super-block's `d` (f16), the 16-element sub-block's 8-bit scale `sc` and the 6-bit code
-/// `c = q − 32` stored as an i8. The scales word is `[sc_a, sc_b, d]`: `sc_a` for elements
-/// 0..16, `sc_b` for 16..32. The block is kiln's own (`GGUF_BYTES` names its 36 bytes, the
-/// scales word then the codes); no GGUF file holds it.
-pub struct Q6K;
-
-/// The i8 sub-block scale `i` (0, 1) of a [`Q6K`] scales word.
-#[inline(always)]
-fn q6_sub_scale(bits: u32, i: u32) -> i32 {
-    (bits >> (8 * i)) as u8 as i8 as i32
-}
-
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-impl SplitFormat for Q6K {
-    const QS_WORDS: usize = 8;
-    const SCALE_BYTES: usize = 4;
-    const GGUF_BYTES: usize = 36;
-    #[inline(always)]
-    fn int_dot(qs: &[u32; 8], scale_bits: u32, xq: &[u32; 8]) -> i32 {
-        // |c| ≤ 32, |xq| ≤ 127, |sc| ≤ 128: each half ≤ 2²³, the sum < 2²⁴ (exact as f32).
-        let (mut a, mut b) = (0, 0);
-        let mut w = 0;
-        while w < 4 {
-            a = dp4a_s32(qs[w], xq[w], a);
-            b = dp4a_s32(qs[w + 4], xq[w + 4], b);
-            w += 1;
-        }
-        a * q6_sub_scale(scale_bits, 0) + b * q6_sub_scale(scale_bits, 1)
-    }
-    #[inline(always)]
-    fn scales(bits: u32) -> [f32; 2] {
-        [f16_to_f32((bits >> 16) as u16), 0.0]
-    }
-    #[inline(always)]
-    fn step_word(s: u32, t: u32) -> u32 {
-        s8_step_word(s, t)
-    }
-    #[inline(always)]
-    fn step_codes(word: u32, _s: u32) -> u32 {
-        s8_step_codes(word)
-    }
-    #[inline(always)]
-    fn scales_f16x2(raw: u32) -> [u32; 2] {
-        // Kept raw: a d·sc rounded to f16 would make each element two roundings.
-        [raw, 0]
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, s: u32, scales: [u32; 2]) -> u32 {
-        // Step s covers elements 16s..16s+16: sub-block s. c·sc (≤ 2¹² in magnitude) times the
-        // f16 d is exact in f32, so the conversion to f16 is the one rounding.
-        let (sc, d) = (
-            q6_sub_scale(scales[0], s),
-            f16_to_f32((scales[0] >> 16) as u16),
-        );
-        let value = |half: u32| ((((biased >> (16 * half)) & 0xff) as i32 - 128) * sc) as f32 * d;
-        f32_to_f16(value(0)) as u32 | (f32_to_f16(value(1)) as u32) << 16
-    }
-    #[inline(always)]
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
-        let bits = Self::scale_bits(scale);
-        let c = unsafe { *qs.add(i) } as i8 as i32;
-        (c * q6_sub_scale(bits, (i / 16) as u32)) as f32 * Self::scales(bits)[0]
-    }
-    #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
-        let bits = Self::scale_bits(scale);
-        let mut half = [0f32; 2];
-        let mut i = 0;
-        while i < 32 {
-            half[i / 16] += ((qs[i / 4] >> (8 * (i % 4))) as u8 as i8) as f32 * x[i];
-            i += 1;
-        }
-        Self::scales(bits)[0]
-            * (q6_sub_scale(bits, 0) as f32 * half[0] + q6_sub_scale(bits, 1) as f32 * half[1])
-    }
-}
-
-/// Q5_K re-blocked by 32 at load ([`crate::quant::reblock::q5_k`]): value = d·q + m as Q4_1,
-/// with the 5-bit code `q` kept as one unsigned byte (9 bits per weight in all: the 5-bit
-/// packing would not give 16-byte aligned blocks). `d = f16(d_K·sc)` and `m = f16(−dmin·m_K)`
-/// are the one inexact step, as for Q4_K. The block is kiln's own: `[d, m, 32 codes]`.
-pub struct Q5K;
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-impl SplitFormat for Q5K {
-    const QS_WORDS: usize = 8;
-    const SCALE_BYTES: usize = 4;
-    const GGUF_BYTES: usize = 36;
-    #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _scale_bits: u32, xq: &[u32; 8]) -> i32 {
-        byte_dot(qs, xq) // codes below 32: the same as signed bytes
-    }
-    #[inline(always)]
-    fn scales(bits: u32) -> [f32; 2] {
-        min_scales(bits)
-    }
-    #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-        min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
-    fn step_word(s: u32, t: u32) -> u32 {
-        s8_step_word(s, t)
-    }
-    #[inline(always)]
-    fn step_codes(word: u32, _s: u32) -> u32 {
-        word // unsigned already
-    }
-    #[inline(always)]
-    fn scales_f16x2(raw: u32) -> [u32; 2] {
-        min_scales_f16x2(raw)
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, scales: [u32; 2]) -> u32 {
-        min_dequant_f16x2(biased, scales)
-    }
-    #[inline(always)]
-    fn element(qs: *const u8, scale: *const u8, i: usize) -> f32 {
-        half_at(scale) * unsafe { *qs.add(i) } as f32 + half_at(unsafe { scale.add(2) })
-    }
-    #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], scale: *const u8, x: &[f32; 32]) -> f32 {
-        let (mut s, mut sx) = (0.0, 0.0);
-        let mut i = 0;
-        while i < 32 {
-            s += ((qs[i / 4] >> (8 * (i % 4))) as u8) as f32 * x[i];
-            sx += x[i];
-            i += 1;
-        }
-        half_at(scale) * s + half_at(unsafe { scale.add(2) }) * sx
+        Self::scales(side)[0] * s
     }
 }
 
 /// Byte sizes of the two planes of a `rows × cols` matrix in split layout.
 pub const fn split_plane_bytes<F: SplitFormat>(rows: usize, cols: usize) -> (usize, usize) {
     let blocks = rows * (cols / QK);
-    (blocks * F::QS_WORDS * 4, blocks * F::SCALE_BYTES)
+    (
+        blocks * F::QS_WORDS * 4,
+        blocks / F::GROUP * F::RECORD_BYTES,
+    )
 }
 
-/// Split GGUF blocks (`src`, `rows × cols` elements) into the quants and scales planes.
-/// Returns `false` if the sizes do not match (the caller reports which tensor).
+/// Split blocks (`src`, `rows × cols` elements, `BLOCK_BYTES` per block) into the quants and
+/// scales planes. Returns `false` if the sizes do not match, a row is not a whole number of
+/// groups, or a group's blocks cannot be packed (the caller reports which tensor).
 pub fn split_gguf_blocks<F: SplitFormat>(
     src: &[u8],
     rows: usize,
@@ -552,17 +448,17 @@ pub fn split_gguf_blocks<F: SplitFormat>(
 ) -> bool {
     let blocks = rows * (cols / QK);
     let (qb, sb) = split_plane_bytes::<F>(rows, cols);
-    if cols % QK != 0 || src.len() != blocks * F::GGUF_BYTES || qs.len() != qb || scales.len() != sb
+    if cols % QK != 0
+        || (cols / QK) % F::GROUP != 0
+        || src.len() != blocks * F::BLOCK_BYTES
+        || qs.len() != qb
+        || scales.len() != sb
     {
         return false;
     }
-    let q_bytes = F::QS_WORDS * 4;
-    for b in 0..blocks {
-        let blk = &src[b * F::GGUF_BYTES..(b + 1) * F::GGUF_BYTES];
-        // GGUF blocks start with their scale(s); the quants follow.
-        scales[b * F::SCALE_BYTES..(b + 1) * F::SCALE_BYTES]
-            .copy_from_slice(&blk[..F::SCALE_BYTES]);
-        qs[b * q_bytes..(b + 1) * q_bytes].copy_from_slice(&blk[F::SCALE_BYTES..]);
-    }
-    true
+    let q_group = F::GROUP * F::QS_WORDS * 4;
+    src.chunks_exact(F::GROUP * F::BLOCK_BYTES)
+        .zip(qs.chunks_exact_mut(q_group))
+        .zip(scales.chunks_exact_mut(F::RECORD_BYTES))
+        .all(|((b, q), r)| F::pack(b, q, r))
 }

@@ -75,8 +75,9 @@ pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Di
 
 /// Quantized GEMM (`kernels/mma.rs`) over matrices of `rows[m]` rows each: one block per
 /// `TILE_N` tokens (x) × `TILE_M` rows of one matrix (y), shared memory for `STAGES` stages of
-/// weights with `qs_words` u32 of quants per block (`SplitFormat::QS_WORDS`).
-pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32) -> Dims {
+/// weights with `qs_words` u32 of quants and `staged` u32 of scales per block
+/// (`SplitFormat::QS_WORDS`, `SplitFormat::STAGED_WORDS`).
+pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims {
     let (mut tiles, mut m) = (0, 0);
     while m < rows.len() {
         tiles += div_ceil(rows[m], P::TILE_M);
@@ -86,7 +87,7 @@ pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32) -> Dims {
         grid_x: div_ceil(n, P::TILE_N),
         grid_y: tiles,
         block: P::GEMM_WARPS * WARP,
-        shared_bytes: crate::kernels::mma::smem_bytes::<P>(qs_words),
+        shared_bytes: crate::kernels::mma::smem_bytes::<P>(qs_words, staged),
     }
 }
 

@@ -4,7 +4,7 @@
 //! `lane, lane+32, ...`, so a warp reads 32 consecutive blocks (512 or 1024 contiguous bytes) per
 //! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat, SplitOut, pick_matrix};
+use crate::kernels::formats::{QK, SplitFormat, SplitOut, load_side, pick_matrix};
 use policies::TargetPolicy;
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
@@ -227,7 +227,7 @@ fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
 ) {
     let rows = rows.min(total.saturating_sub(row0));
     if P::HAS_PDL && block_idx_y() == 0 && rows > 0 {
-        let (q_row, s_row) = (nb * F::QS_WORDS * 4, nb * F::SCALE_BYTES);
+        let (q_row, s_row) = (nb * F::QS_WORDS * 4, nb / F::GROUP * F::RECORD_BYTES);
         prefetch_l2((qs as *const u8).wrapping_add(row0 * q_row), rows * q_row);
         prefetch_l2(scales.wrapping_add(row0 * s_row), rows * s_row);
     }
@@ -260,7 +260,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         let mut xw = [[0u32; 8]; U];
         let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
-        let mut ws = [[0u32; U]; R];
+        let mut ws = [[[0u32; 3]; U]; R];
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
@@ -273,7 +273,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
                         let blk = w[r].row * nb + b;
                         wq[r][u] =
                             unsafe { load_block_quants::<F>(w[r].qs.add(blk * F::QS_WORDS)) };
-                        ws[r][u] = F::scale_bits(w[r].scales.wrapping_add(blk * F::SCALE_BYTES));
+                        ws[r][u] = load_side::<F>(w[r].scales, blk);
                     }
                 });
             }
@@ -530,11 +530,7 @@ pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(
                 let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
                 unroll::<4>(|j| xv[4 * k + j] = f32::from_bits(v[j]));
             });
-            acc += F::block_dot_f32(
-                &w,
-                unsafe { scales.add((row * nb + b) * F::SCALE_BYTES) },
-                &xv,
-            );
+            acc += F::block_dot_f32(&w, load_side::<F>(scales, row * nb + b), &xv);
             b += WARP as usize;
         }
         let s = warp_sum(acc);

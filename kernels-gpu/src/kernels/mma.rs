@@ -23,7 +23,9 @@
 //! minimum). Rows and tokens past the edge load the last valid one (finite data; their results
 //! are not stored).
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat, SplitOut, biased_f16x2, pick_matrix};
+use crate::kernels::formats::{
+    QK, Side, SplitFormat, SplitOut, biased_f16x2, load_side, pick_matrix,
+};
 use policies::{MmaShape, TargetPolicy};
 
 /// u32 words of one 16-byte activation plane (8 elements of each of `TILE_N` tokens), padded
@@ -32,19 +34,20 @@ const fn x_plane_words<P: TargetPolicy>() -> u32 {
     4 * P::TILE_N + 16
 }
 
-/// 32-bit words of one shared-memory stage, for weights with `qs_words` words of quants per
-/// block. Per quant block `j` of the stage, each a plane per 16 bytes so that the 8 rows × 4
-/// words a quad-strided load touches fall in 32 distinct banks: weight quants
-/// `[j][qs_words/4][TILE_M][4]`, weight scales `[j][TILE_M][d·(1,1), m·(1,1)]` (f16x2),
-/// activations `[j][4][x_plane_words]` (plane p: elements 8p..8p+8 of each token).
-pub const fn stage_words<P: TargetPolicy>(qs_words: u32) -> u32 {
+/// 32-bit words of one shared-memory stage, for weights with `qs_words` words of quants and
+/// `staged` words of scales ([`SplitFormat::STAGED_WORDS`]) per block. Per quant block `j` of
+/// the stage, each a plane per 16 bytes so that the 8 rows × 4 words a quad-strided load
+/// touches fall in 32 distinct banks: weight quants `[j][qs_words/4][TILE_M][4]`, weight scales
+/// `[j][TILE_M][staged]` (`d·(1,1), m·(1,1)` as f16x2, then any high bits), activations
+/// `[j][4][x_plane_words]` (plane p: elements 8p..8p+8 of each token).
+pub const fn stage_words<P: TargetPolicy>(qs_words: u32, staged: u32) -> u32 {
     let kb = P::TILE_K / QK as u32;
-    kb * (qs_words * P::TILE_M + 2 * P::TILE_M + 4 * x_plane_words::<P>())
+    kb * (qs_words * P::TILE_M + staged * P::TILE_M + 4 * x_plane_words::<P>())
 }
 
 /// Dynamic shared memory of one GEMM block.
-pub const fn smem_bytes<P: TargetPolicy>(qs_words: u32) -> u32 {
-    P::STAGES * stage_words::<P>(qs_words) * 4
+pub const fn smem_bytes<P: TargetPolicy>(qs_words: u32, staged: u32) -> u32 {
+    P::STAGES * stage_words::<P>(qs_words, staged) * 4
 }
 
 /// Scale entries one thread loads per stage, held in registers (compile-time bound).
@@ -144,11 +147,10 @@ impl Stage {
     #[inline(always)]
     fn at<P: TargetPolicy, F: SplitFormat>(slot: u32) -> Stage {
         let kb = P::TILE_K / QK as u32;
-        let wq = unsafe {
-            shared_mem::<u32>().add((slot * stage_words::<P>(F::QS_WORDS as u32)) as usize)
-        };
+        let words = stage_words::<P>(F::QS_WORDS as u32, F::STAGED_WORDS as u32);
+        let wq = unsafe { shared_mem::<u32>().add((slot * words) as usize) };
         let ws = unsafe { wq.add((kb * F::QS_WORDS as u32 * P::TILE_M) as usize) };
-        let x = unsafe { ws.add((kb * 2 * P::TILE_M) as usize) };
+        let x = unsafe { ws.add((kb * F::STAGED_WORDS as u32 * P::TILE_M) as usize) };
         Stage { wq, ws, x }
     }
 }
@@ -229,26 +231,16 @@ impl Problem {
         (j < kb && st * kb + j < self.nb).then_some((r, j))
     }
 
-    /// This thread's raw scale bits of stage `st`, loaded now and stored after the compute.
+    /// This thread's block sides of stage `st`, loaded now and stored after the compute.
     #[inline(always)]
-    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat>(&self, st: u32) -> [u32; MAX_STAGED] {
+    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat>(&self, st: u32) -> [Side; MAX_STAGED] {
         let kb = P::TILE_K / QK as u32;
-        let mut s = [0; MAX_STAGED];
+        let mut s = [[0; 3]; MAX_STAGED];
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
                 let row = (self.row0 + r).min(self.a.rows - 1);
-                let p = unsafe {
-                    self.a
-                        .scales
-                        .add(((row * self.nb + st * kb + j) * F::SCALE_BYTES as u32) as usize)
-                };
-                s[i] = unsafe {
-                    if F::SCALE_BYTES == 4 {
-                        *(p as *const u32)
-                    } else {
-                        *(p as *const u16) as u32
-                    }
-                };
+                let blk = (row * self.nb + st * kb + j) as usize;
+                s[i] = load_side::<F>(self.a.scales, blk);
             }
         });
         s
@@ -258,14 +250,18 @@ impl Problem {
     unsafe fn store_scales<P: TargetPolicy, F: SplitFormat>(
         &self,
         st: u32,
-        s: &[u32; MAX_STAGED],
+        s: &[Side; MAX_STAGED],
         dst: Stage,
     ) {
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
-                let [d, m] = F::scales_f16x2(s[i]);
-                let o = (2 * (j * P::TILE_M + r)) as usize;
-                unsafe { (*dst.ws.add(o), *dst.ws.add(o + 1)) = (d, m) };
+                let words = F::staged(s[i]);
+                let o = (F::STAGED_WORDS as u32 * (j * P::TILE_M + r)) as usize;
+                unroll::<4>(|k| {
+                    if k < F::STAGED_WORDS {
+                        unsafe { *dst.ws.add(o + k) = words[k] };
+                    }
+                });
             }
         });
     }
@@ -277,7 +273,10 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
     let kb = P::TILE_K / QK as u32;
     const {
         assert!(P::TILE_M * P::TILE_K / (QK as u32) <= (MAX_STAGED as u32) * P::GEMM_WARPS * WARP);
-        assert!(smem_bytes::<P>(8) <= P::MAX_SMEM_PER_BLOCK);
+        assert!(smem_bytes::<P>(8, 2) <= P::MAX_SMEM_PER_BLOCK);
+        assert!(
+            smem_bytes::<P>(F::QS_WORDS as u32, F::STAGED_WORDS as u32) <= P::MAX_SMEM_PER_BLOCK
+        );
         assert!(P::TILE_K / (QK as u32) <= MAX_STAGE_BLOCKS as u32);
     };
     let nb = a.cols / QK as u32;
@@ -323,7 +322,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
             unsafe { pr.copy_stage::<P, F>(next, next_slot) };
             unsafe { pr.load_scales::<P, F>(next) }
         } else {
-            [0; MAX_STAGED]
+            [[0; 3]; MAX_STAGED]
         };
         cp_async_commit();
 
@@ -347,8 +346,14 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
                             #[inline(always)]
                             |h| {
                                 let row = wr0 + 16 * mi as u32 + g + 8 * h as u32;
-                                let so = (2 * (j * P::TILE_M + row)) as usize;
-                                let sc = unsafe { [*cur.ws.add(so), *cur.ws.add(so + 1)] };
+                                let so = (F::STAGED_WORDS as u32 * (j * P::TILE_M + row)) as usize;
+                                let sc: [u32; 4] = core::array::from_fn(|k| {
+                                    if k < F::STAGED_WORDS {
+                                        unsafe { *cur.ws.add(so + k) }
+                                    } else {
+                                        0
+                                    }
+                                });
                                 unroll::<2>(
                                     #[inline(always)]
                                     |s| {
@@ -359,7 +364,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
                                                     as usize,
                                             )
                                         };
-                                        let codes = F::step_codes(word, s as u32);
+                                        let codes = F::step_codes(word, s as u32, t, sc);
                                         frag[mi][s][h] =
                                             F::dequant_f16x2(biased_f16x2(codes, 0), s as u32, sc);
                                         frag[mi][s][2 + h] =

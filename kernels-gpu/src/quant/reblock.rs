@@ -1,136 +1,121 @@
-//! K-quant super-blocks (256 elements) re-blocked by 32 at load, so the GPU's 32-element split
-//! formats run them: Q6_K exactly, as [`Q6K`](crate::kernels::formats::Q6K) blocks; Q4_K as
-//! Q4_1 blocks and Q5_K as [`Q5K`](crate::kernels::formats::Q5K) blocks, where each sub-block's
-//! `d·sc` and `dmin·m` (exact in f32) are rounded to f16 — the one inexact step, at most 2⁻¹¹
-//! relative per scale, the size of the f16 weight rounding the GEMM makes anyway.
+//! K-quant super-blocks (256 elements) as the eight 32-element unpacked blocks the GPU's K
+//! formats [`pack`](crate::kernels::formats::SplitFormat::pack) ([`Q4K`], [`Q5K`], [`Q6K`]):
+//! the super-block's `d` (and `dmin`) repeated in each, the block's own integer scale(s), one
+//! code per byte. Exact: every value is copied, none is rounded, so the packed planes hold the
+//! file's weights bit for bit.
+//!
+//! [`Q4K`]: crate::kernels::formats::Q4K
+//! [`Q5K`]: crate::kernels::formats::Q5K
+//! [`Q6K`]: crate::kernels::formats::Q6K
 
 use super::{
     BlockQ4K, BlockQ5K, BlockQ6K, QK_K, QuantBlock, f16_to_f32, f32_to_f16, get_scale_min_k4,
 };
-
-/// Bytes of one Q4_1 block, of one kiln Q6K block (scales word, then 32 i8 codes) and of one
-/// kiln Q5K block (d, m, then 32 u8 codes).
-pub const Q4_1_BYTES: usize = 20;
-pub const Q6K_BYTES: usize = 36;
-pub const Q5K_BYTES: usize = 36;
+use crate::kernels::formats::{Q4K, Q5K, Q6K, SplitFormat};
 
 /// Why a tensor could not be re-blocked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReblockError {
     /// `src` is not whole super-blocks, or `dst` is not the matching size.
     Size,
-    /// A Q4_K sub-block scale or minimum is outside f16's range once multiplied out.
+    /// A Q4_K/Q5_K block's `d·sc` or `dmin·m` is outside f16's range: the GEMM rounds them
+    /// to f16 once per block, so such a tensor cannot take the K kernels.
     ScaleRange,
 }
 
-/// Q6_K super-blocks (`src`) → 8 [`Q6K`](crate::kernels::formats::Q6K) blocks each (`dst`,
-/// `src.len() / 210 · 8 · 36` bytes). Exact: the codes and scales are copied, not rounded.
-pub fn q6_k(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
-    let supers = src.len() / BlockQ6K::BYTES;
-    if src.len() % BlockQ6K::BYTES != 0 || dst.len() != supers * 8 * Q6K_BYTES {
+/// Each GGUF super-block of `src` (`B`, `bytes` each) → 8 unpacked blocks of `out_bytes` in
+/// `dst`, `write(block, j, out)` filling block `j`'s.
+fn each_block<B: QuantBlock>(
+    src: &[u8],
+    dst: &mut [u8],
+    bytes: usize,
+    out_bytes: usize,
+    mut write: impl FnMut(&B, usize, &mut [u8]) -> Result<(), ReblockError>,
+) -> Result<(), ReblockError> {
+    let supers = src.len() / bytes;
+    if src.len() % bytes != 0 || dst.len() != supers * 8 * out_bytes {
         return Err(ReblockError::Size);
     }
     for (sb, out) in src
-        .chunks_exact(BlockQ6K::BYTES)
-        .zip(dst.chunks_exact_mut(8 * Q6K_BYTES))
+        .chunks_exact(bytes)
+        .zip(dst.chunks_exact_mut(8 * out_bytes))
     {
-        let Some(b) = BlockQ6K::read(sb) else {
-            return Err(ReblockError::Size);
-        };
-        for (j, blk) in out.chunks_exact_mut(Q6K_BYTES).enumerate() {
-            blk[0] = b.scales[2 * j] as u8;
-            blk[1] = b.scales[2 * j + 1] as u8;
-            blk[2..4].copy_from_slice(&b.d.to_le_bytes());
-            for (l, code) in blk[4..].iter_mut().enumerate() {
-                *code = (q6_k_code(&b, 32 * j + l) - 32) as u8;
-            }
+        let b = B::read(sb).ok_or(ReblockError::Size)?;
+        for (j, blk) in out.chunks_exact_mut(out_bytes).enumerate() {
+            write(&b, j, blk)?;
         }
     }
     Ok(())
+}
+
+/// Q6_K super-blocks (`src`) → 8 [`Q6K`] blocks each (`dst`, `src.len() / 210 · 8 · 36`
+/// bytes): `[d, sc_a, sc_b, 32 codes]`.
+pub fn q6_k(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
+    each_block::<BlockQ6K>(src, dst, BlockQ6K::BYTES, Q6K::BLOCK_BYTES, |b, j, blk| {
+        blk[0..2].copy_from_slice(&b.d.to_le_bytes());
+        blk[2] = b.scales[2 * j] as u8;
+        blk[3] = b.scales[2 * j + 1] as u8;
+        for (l, code) in blk[4..].iter_mut().enumerate() {
+            *code = q6_k_code(b, 32 * j + l);
+        }
+        Ok(())
+    })
 }
 
 /// The 6-bit code (0..64) of element `e` (0..256) of a Q6_K super-block: per 128-element half
 /// `n`, element `i` takes nibble `i / 64` of `ql[64n + i % 32 + 32·((i / 32) & 1)]` and bits
 /// `2·(i / 32)..` of `qh[32n + i % 32]` as its top two bits.
-fn q6_k_code(b: &BlockQ6K, e: usize) -> i8 {
+fn q6_k_code(b: &BlockQ6K, e: usize) -> u8 {
     let (n, i) = (e / 128, e % 128);
     let lo = (b.ql[64 * n + i % 32 + 32 * ((i / 32) & 1)] >> (4 * (i / 64))) & 0xf;
     let hi = (b.qh[32 * n + i % 32] >> (2 * (i / 32))) & 3;
-    (lo | hi << 4) as i8
+    lo | hi << 4
 }
 
-/// Q4_K super-blocks (`src`) → 8 Q4_1 blocks each (`dst`, `src.len() / 144 · 8 · 20` bytes):
-/// sub-block `j`'s value `(d·sc_j)·q − dmin·m_j` becomes Q4_1's `d'·q + m'` with `d' =
-/// f16(d·sc_j)`, `m' = f16(−dmin·m_j)`; the 4-bit codes are copied into Q4_1's nibble order.
-pub fn q4_k_as_q4_1(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
-    let supers = src.len() / BlockQ4K::BYTES;
-    if src.len() % BlockQ4K::BYTES != 0 || dst.len() != supers * 8 * Q4_1_BYTES {
-        return Err(ReblockError::Size);
-    }
-    for (sb, out) in src
-        .chunks_exact(BlockQ4K::BYTES)
-        .zip(dst.chunks_exact_mut(8 * Q4_1_BYTES))
-    {
-        let Some(b) = BlockQ4K::read(sb) else {
-            return Err(ReblockError::Size);
-        };
-        for (j, blk) in out.chunks_exact_mut(Q4_1_BYTES).enumerate() {
-            blk[0..4].copy_from_slice(&k4_sub_block_scales(b.d, b.dmin, &b.scales, j)?);
-            // Q4_K sub-block j: nibble j & 1 of qs[32·(j / 2) + l]; Q4_1: element i < 16 in the
-            // low nibble of byte i, 16 + i in its high nibble.
-            let code = |l: usize| (b.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xf;
-            for (i, q) in blk[4..].iter_mut().enumerate() {
-                *q = code(i) | code(16 + i) << 4;
-            }
+/// Q4_K super-blocks (`src`) → 8 [`Q4K`] blocks each (`dst`, `src.len() / 144 · 8 · 38`
+/// bytes): `[d, dmin, sc, m, 32 codes]`, sub-block `j`'s codes being nibble `j & 1` of
+/// `qs[32·(j / 2) + l]`.
+pub fn q4_k(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
+    each_block::<BlockQ4K>(src, dst, BlockQ4K::BYTES, Q4K::BLOCK_BYTES, |b, j, blk| {
+        k_min_header(b.d, b.dmin, &b.scales, j, blk)?;
+        for (l, q) in blk[6..].iter_mut().enumerate() {
+            *q = (b.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xf;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
-/// Q5_K super-blocks (`src`) → 8 [`Q5K`](crate::kernels::formats::Q5K) blocks each (`dst`,
-/// `src.len() / 176 · 8 · 36` bytes): the scales as [`q4_k_as_q4_1`]'s, the 5-bit codes one per
-/// byte.
+/// Q5_K super-blocks (`src`) → 8 [`Q5K`] blocks each (`dst`, `src.len() / 176 · 8 · 38`
+/// bytes): as [`q4_k`], the fifth bit of sub-block `j`'s element `l` being bit `j` of `qh[l]`.
 pub fn q5_k(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
-    let supers = src.len() / BlockQ5K::BYTES;
-    if src.len() % BlockQ5K::BYTES != 0 || dst.len() != supers * 8 * Q5K_BYTES {
-        return Err(ReblockError::Size);
-    }
-    for (sb, out) in src
-        .chunks_exact(BlockQ5K::BYTES)
-        .zip(dst.chunks_exact_mut(8 * Q5K_BYTES))
-    {
-        let Some(b) = BlockQ5K::read(sb) else {
-            return Err(ReblockError::Size);
-        };
-        for (j, blk) in out.chunks_exact_mut(Q5K_BYTES).enumerate() {
-            blk[0..4].copy_from_slice(&k4_sub_block_scales(b.d, b.dmin, &b.scales, j)?);
-            // Sub-block j: low nibble j & 1 of qs[32·(j / 2) + l], fifth bit j of qh[l].
-            for (l, q) in blk[4..].iter_mut().enumerate() {
-                let lo = (b.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xf;
-                *q = lo | ((b.qh[l] >> j) & 1) << 4;
-            }
+    each_block::<BlockQ5K>(src, dst, BlockQ5K::BYTES, Q5K::BLOCK_BYTES, |b, j, blk| {
+        k_min_header(b.d, b.dmin, &b.scales, j, blk)?;
+        for (l, q) in blk[6..].iter_mut().enumerate() {
+            let lo = (b.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xf;
+            *q = lo | ((b.qh[l] >> j) & 1) << 4;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
-/// Sub-block `j`'s `(d·sc, −dmin·m)` of a Q4_K/Q5_K super-block as the f16 pair Q4_1's scales
-/// plane holds (both products are exact in f32; the f16 rounding is the one inexact step).
-fn k4_sub_block_scales(
+/// Block `j`'s `[d, dmin, sc, m]` of a Q4_K/Q5_K super-block; `ScaleRange` if `d·sc` or
+/// `dmin·m` would not fit f16 (see [`ReblockError::ScaleRange`]).
+fn k_min_header(
     d: u16,
     dmin: u16,
     scales: &[u8; 12],
     j: usize,
-) -> Result<[u8; 4], ReblockError> {
+    blk: &mut [u8],
+) -> Result<(), ReblockError> {
     let (sc, m) = get_scale_min_k4(j, scales);
-    let scale = f32_to_f16(f16_to_f32(d) * sc as f32);
-    let min = f32_to_f16(-(f16_to_f32(dmin) * m as f32));
-    if !f16_to_f32(scale).is_finite() || !f16_to_f32(min).is_finite() {
+    let fits = |h: u16, k: u8| f16_to_f32(f32_to_f16(f16_to_f32(h) * k as f32)).is_finite();
+    if !fits(d, sc) || !fits(dmin, m) {
         return Err(ReblockError::ScaleRange);
     }
-    let [s0, s1] = scale.to_le_bytes();
-    let [m0, m1] = min.to_le_bytes();
-    Ok([s0, s1, m0, m1])
+    blk[0..2].copy_from_slice(&d.to_le_bytes());
+    blk[2..4].copy_from_slice(&dmin.to_le_bytes());
+    (blk[4], blk[5]) = (sc, m);
+    Ok(())
 }
 
 const _: () = assert!(QK_K == 8 * 32);
