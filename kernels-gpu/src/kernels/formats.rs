@@ -57,11 +57,6 @@ pub fn pick_matrix(
     }
 }
 
-/// What a block's dot needs beside its quant words, loaded together with them from the scales
-/// plane ([`load_side`]): the scale bits in word 0 and, for [`Q5K`] and [`Q6K`], the high code
-/// bits in the others. Words a format does not use stay 0 (and cost no register).
-pub type Side = [u32; 3];
-
 /// One 32-element block format in split layout: a quants plane of `QS_WORDS` words per block
 /// and a scales plane of one `RECORD_BYTES` record per `GROUP` consecutive blocks of a row.
 ///
@@ -70,6 +65,11 @@ pub type Side = [u32; 3];
 /// are leaf helpers of `unsafe` kernels, not a public safe API).
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub trait SplitFormat: 'static {
+    /// What a block's dot needs beside its quant words, loaded together with them from the
+    /// scales plane ([`load_side`](Self::load_side)): the legacy formats' scale bits (`u32`),
+    /// the K formats' scale bits and high code bits (`[u32; 3]`). A type per format, so the
+    /// legacy mat-vecs keep one register per block for it.
+    type Side: Copy + Default;
     /// u32 words of quants per block (16 bytes for 4-bit low bits, 32 for 8-bit).
     const QS_WORDS: usize;
     /// Blocks sharing one record of the scales plane: 1, or 8 for the K formats (a GGUF
@@ -83,17 +83,8 @@ pub trait SplitFormat: 'static {
     /// u32 words the GEMM stages per block and row ([`staged`](Self::staged)).
     const STAGED_WORDS: usize = 2;
 
-    /// Block `j` (0..GROUP) of the group whose record starts at `record`: its [`Side`].
-    /// This default reads the legacy formats' one f16 scale (and minimum), the record's start.
-    #[inline(always)]
-    fn load_side(record: *const u8, _j: usize) -> Side {
-        let bits = if Self::RECORD_BYTES == 4 {
-            unsafe { (record as *const u32).read() }
-        } else {
-            unsafe { (record as *const u16).read() as u32 }
-        };
-        [bits, 0, 0]
-    }
+    /// Block `j` (0..GROUP) of the group whose record starts at `record`: its side data.
+    fn load_side(record: *const u8, j: usize) -> Self::Side;
 
     /// Host side: `GROUP` consecutive blocks of one row (`blocks`, `BLOCK_BYTES` each) into
     /// their quants (`qs`, `GROUP · QS_WORDS · 4` bytes) and their record. `false` if the
@@ -110,7 +101,14 @@ pub trait SplitFormat: 'static {
     /// xd·Σxq): the exact integer dot of the codes with `xq`, then
     /// [`scale_dot`](Self::scale_dot).
     #[inline(always)]
-    fn block_dot(acc: f32, qs: &[u32; 8], side: Side, xq: &[u32; 8], xd: f32, xs: f32) -> f32 {
+    fn block_dot(
+        acc: f32,
+        qs: &[u32; 8],
+        side: Self::Side,
+        xq: &[u32; 8],
+        xd: f32,
+        xs: f32,
+    ) -> f32 {
         Self::scale_dot(
             acc,
             Self::scales(side),
@@ -122,10 +120,10 @@ pub trait SplitFormat: 'static {
 
     /// Σ codes·xq over one block, exact (`dp4a`); formats with integer sub-block scales (Q6K)
     /// weight each sub-block's sum by its scale, still exactly.
-    fn int_dot(qs: &[u32; 8], side: Side, xq: &[u32; 8]) -> i32;
+    fn int_dot(qs: &[u32; 8], side: Self::Side, xq: &[u32; 8]) -> i32;
 
     /// The block's float scales `[d, m]` (`m` = 0 for formats without a minimum).
-    fn scales(side: Side) -> [f32; 2];
+    fn scales(side: Self::Side) -> [f32; 2];
 
     /// `acc` plus the float part of a block dot, from the exact integer dot `dot` of the codes
     /// with the activation codes (as f32: |dot| ≤ 32·128² is exact). The mat-vec and the GEMM
@@ -149,7 +147,7 @@ pub trait SplitFormat: 'static {
     /// What the GEMM keeps of a block's [`Side`] in shared memory (`STAGED_WORDS` words):
     /// the scales as f16 pairs `[d·(1,1), m·(1,1)]` (a shuffle for the legacy formats, whose
     /// scales are f16 already), then any high bits.
-    fn staged(side: Side) -> [u32; 4];
+    fn staged(side: Self::Side) -> [u32; 4];
 
     /// Two elements of k-step `s` as f16x2, rounded once from their exact values, given their
     /// unsigned codes `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`])
@@ -157,17 +155,17 @@ pub trait SplitFormat: 'static {
     fn dequant_f16x2(biased: u32, s: u32, staged: [u32; 4]) -> u32;
 
     /// Element `i` (0..32) of a block (`qs`: its quants), dequantized.
-    fn element(qs: *const u8, side: Side, i: usize) -> f32;
+    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32;
 
     /// Dot of one weight block (its quants already in registers) with 32 f32 activations,
     /// in f32: `Σ value(i)·x[i]`, no activation quantization.
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32;
+    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32;
 }
 
-/// The [`Side`] of block `blk` (row-major block index) of a matrix whose scales plane starts at
+/// The side data of block `blk` (row-major block index) of a matrix whose scales plane starts at
 /// `scales` (rows never share a record: a row's blocks are a whole number of groups).
 #[inline(always)]
-pub fn load_side<F: SplitFormat>(scales: *const u8, blk: usize) -> Side {
+pub fn load_side<F: SplitFormat>(scales: *const u8, blk: usize) -> F::Side {
     F::load_side(
         scales.wrapping_add(blk / F::GROUP * F::RECORD_BYTES),
         blk % F::GROUP,
@@ -269,6 +267,17 @@ const F16_1024: u32 = f16x2_splat(0x6400);
 const F16_1032: u32 = f16x2_splat(0x6408);
 const F16_1152: u32 = f16x2_splat(0x6480);
 
+/// A legacy format's side: its record (the GGUF block's leading f16 scale, or scale and
+/// minimum) as one word.
+#[inline(always)]
+fn legacy_side<F: SplitFormat>(record: *const u8) -> u32 {
+    if F::RECORD_BYTES == 4 {
+        unsafe { (record as *const u32).read() }
+    } else {
+        unsafe { (record as *const u16).read() as u32 }
+    }
+}
+
 /// The f16x2 pairs `[d·(1,1), 0, 0, 0]` the GEMM stages for a format with one f16 scale.
 #[inline(always)]
 fn scale_staged(bits: u32) -> [u32; 4] {
@@ -282,11 +291,16 @@ fn scale_staged(bits: u32) -> [u32; 4] {
 pub struct Q4_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_0 {
+    type Side = u32;
     const QS_WORDS: usize = 4;
     const RECORD_BYTES: usize = 2;
     const BLOCK_BYTES: usize = 18;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
+    fn load_side(record: *const u8, _j: usize) -> u32 {
+        legacy_side::<Self>(record)
+    }
+    #[inline(always)]
+    fn int_dot(qs: &[u32; 8], _side: Self::Side, xq: &[u32; 8]) -> i32 {
         let mut sum_x = 0;
         let mut w = 0;
         while w < 8 {
@@ -296,8 +310,8 @@ impl SplitFormat for Q4_0 {
         nibble_dot(qs, xq) - 8 * sum_x
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
-        [f16_to_f32(side[0] as u16), 0.0]
+    fn scales(side: Self::Side) -> [f32; 2] {
+        [f16_to_f32(side as u16), 0.0]
     }
     #[inline(always)]
     fn step_word(_s: u32, t: u32) -> u32 {
@@ -308,8 +322,8 @@ impl SplitFormat for Q4_0 {
         nibbles(word, s)
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
-        scale_staged(side[0])
+    fn staged(side: Self::Side) -> [u32; 4] {
+        scale_staged(side)
     }
     #[inline(always)]
     fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
@@ -317,11 +331,11 @@ impl SplitFormat for Q4_0 {
         mul_f16x2(sub_f16x2(biased, F16_1032), staged[0])
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
         Self::scales(side)[0] * (nibble(qs, i) - 8.0)
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
         let (s, sx) = nibble_dot_f32(qs, x);
         Self::scales(side)[0] * (s - 8.0 * sx)
     }
@@ -331,16 +345,21 @@ impl SplitFormat for Q4_0 {
 pub struct Q4_1;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4_1 {
+    type Side = u32;
     const QS_WORDS: usize = 4;
     const RECORD_BYTES: usize = 4;
     const BLOCK_BYTES: usize = 20;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
+    fn load_side(record: *const u8, _j: usize) -> u32 {
+        legacy_side::<Self>(record)
+    }
+    #[inline(always)]
+    fn int_dot(qs: &[u32; 8], _side: Self::Side, xq: &[u32; 8]) -> i32 {
         nibble_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
-        min_scales(side[0])
+    fn scales(side: Self::Side) -> [f32; 2] {
+        min_scales(side)
     }
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
@@ -355,25 +374,20 @@ impl SplitFormat for Q4_1 {
         nibbles(word, s)
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
-        [
-            f16x2_splat(side[0] & 0xffff),
-            f16x2_splat(side[0] >> 16),
-            0,
-            0,
-        ]
+    fn staged(side: Self::Side) -> [u32; 4] {
+        [f16x2_splat(side & 0xffff), f16x2_splat(side >> 16), 0, 0]
     }
     #[inline(always)]
     fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
         min_dequant_f16x2(biased, staged)
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
         let [d, m] = Self::scales(side);
         d * nibble(qs, i) + m
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
         let (s, sx) = nibble_dot_f32(qs, x);
         let [d, m] = Self::scales(side);
         d * s + m * sx
@@ -384,16 +398,21 @@ impl SplitFormat for Q4_1 {
 pub struct Q8_0;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q8_0 {
+    type Side = u32;
     const QS_WORDS: usize = 8;
     const RECORD_BYTES: usize = 2;
     const BLOCK_BYTES: usize = 34;
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
+    fn load_side(record: *const u8, _j: usize) -> u32 {
+        legacy_side::<Self>(record)
+    }
+    #[inline(always)]
+    fn int_dot(qs: &[u32; 8], _side: Self::Side, xq: &[u32; 8]) -> i32 {
         byte_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
-        [f16_to_f32(side[0] as u16), 0.0]
+    fn scales(side: Self::Side) -> [f32; 2] {
+        [f16_to_f32(side as u16), 0.0]
     }
     #[inline(always)]
     fn step_word(s: u32, t: u32) -> u32 {
@@ -404,19 +423,19 @@ impl SplitFormat for Q8_0 {
         word ^ 0x8080_8080 // s8 c → u8 c + 128
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
-        scale_staged(side[0])
+    fn staged(side: Self::Side) -> [u32; 4] {
+        scale_staged(side)
     }
     #[inline(always)]
     fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
         mul_f16x2(sub_f16x2(biased, F16_1152), staged[0])
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
         Self::scales(side)[0] * unsafe { *qs.add(i) } as i8 as f32
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
         let mut s = 0.0;
         let mut i = 0;
         while i < 32 {

@@ -260,7 +260,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         let mut xw = [[0u32; 8]; U];
         let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
-        let mut ws = [[[0u32; 3]; U]; R];
+        let mut ws = [[F::Side::default(); U]; R];
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {

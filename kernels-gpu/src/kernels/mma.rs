@@ -23,9 +23,7 @@
 //! minimum). Rows and tokens past the edge load the last valid one (finite data; their results
 //! are not stored).
 use crate::device::*;
-use crate::kernels::formats::{
-    QK, Side, SplitFormat, SplitOut, biased_f16x2, load_side, pick_matrix,
-};
+use crate::kernels::formats::{QK, SplitFormat, SplitOut, biased_f16x2, load_side, pick_matrix};
 use policies::{MmaShape, TargetPolicy};
 
 /// u32 words of one 16-byte activation plane (8 elements of each of `TILE_N` tokens), padded
@@ -233,9 +231,12 @@ impl Problem {
 
     /// This thread's block sides of stage `st`, loaded now and stored after the compute.
     #[inline(always)]
-    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat>(&self, st: u32) -> [Side; MAX_STAGED] {
+    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat>(
+        &self,
+        st: u32,
+    ) -> [F::Side; MAX_STAGED] {
         let kb = P::TILE_K / QK as u32;
-        let mut s = [[0; 3]; MAX_STAGED];
+        let mut s = [F::Side::default(); MAX_STAGED];
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
                 let row = (self.row0 + r).min(self.a.rows - 1);
@@ -250,7 +251,7 @@ impl Problem {
     unsafe fn store_scales<P: TargetPolicy, F: SplitFormat>(
         &self,
         st: u32,
-        s: &[Side; MAX_STAGED],
+        s: &[F::Side; MAX_STAGED],
         dst: Stage,
     ) {
         unroll::<MAX_STAGED>(|i| {
@@ -322,7 +323,7 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
             unsafe { pr.copy_stage::<P, F>(next, next_slot) };
             unsafe { pr.load_scales::<P, F>(next) }
         } else {
-            [[0; 3]; MAX_STAGED]
+            [F::Side::default(); MAX_STAGED]
         };
         cp_async_commit();
 

@@ -11,10 +11,14 @@
 //! high word, and its fifth and sixth bits (Q6K) at bits `2w, 2w + 1` of byte `i` of high word
 //! `half`, so one shift and mask moves a whole code word's high bits into place.
 use super::{
-    Side, SplitFormat, f16x2_splat, min_dequant_f16x2, min_scale_dot, nibble, nibble_dot,
-    nibble_dot_f32, nibbles,
+    SplitFormat, f16x2_splat, min_dequant_f16x2, min_scale_dot, nibble, nibble_dot, nibble_dot_f32,
+    nibbles,
 };
 use crate::device::{dp4a_s32, f16_to_f32, f32_to_f16};
+
+/// The K formats' side data: scale bits in word 0, high code bits in the others (Q4K: `(sc,
+/// m)` in word 1).
+type KSide = [u32; 3];
 
 /// Fifth code bits of nibble word `w`, half `half` of a [`Q5K`] block, at bit 4 of each byte.
 #[inline(always)]
@@ -52,7 +56,7 @@ fn k_code_words(code: impl Fn(usize, u32) -> u32) -> [u32; 8] {
 /// `[d·sc, −dmin·m]` of a [`Q4K`]/[`Q5K`] block, exact in f32 (an f16 times a 6-bit integer),
 /// from its side words `[d | dmin << 16, sc | m << 8, ..]`.
 #[inline(always)]
-fn k_min_scales(side: Side) -> [f32; 2] {
+fn k_min_scales(side: KSide) -> [f32; 2] {
     let (d, dmin) = (
         f16_to_f32(side[0] as u16),
         f16_to_f32((side[0] >> 16) as u16),
@@ -64,7 +68,7 @@ fn k_min_scales(side: Side) -> [f32; 2] {
 /// The GEMM's staged words of a [`Q4K`]/[`Q5K`] block: `[d·sc, −dmin·m]` rounded once to f16
 /// (as pairs), then the high word.
 #[inline(always)]
-fn k_min_staged(side: Side) -> [u32; 4] {
+fn k_min_staged(side: KSide) -> [u32; 4] {
     let [d, m] = k_min_scales(side);
     let (d, m) = (f32_to_f16(d) as u32, f32_to_f16(m) as u32);
     [f16x2_splat(d), f16x2_splat(m), side[2], 0]
@@ -73,7 +77,7 @@ fn k_min_staged(side: Side) -> [u32; 4] {
 /// The [`Q4K`]/[`Q5K`] record: `d`, `dmin` (f16), then `(sc, m)` per block, then (Q5K) the
 /// blocks' high words. The side of block `j`: `[d | dmin << 16, sc | m << 8, high]`.
 #[inline(always)]
-fn k_min_side(record: *const u8, j: usize, high: bool) -> Side {
+fn k_min_side(record: *const u8, j: usize, high: bool) -> KSide {
     unsafe {
         [
             (record as *const u32).read(),
@@ -120,12 +124,13 @@ fn k_pack(
 pub struct Q4K;
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q4K {
+    type Side = KSide;
     const QS_WORDS: usize = 4;
     const GROUP: usize = 8;
     const RECORD_BYTES: usize = 20;
     const BLOCK_BYTES: usize = 38;
     #[inline(always)]
-    fn load_side(record: *const u8, j: usize) -> Side {
+    fn load_side(record: *const u8, j: usize) -> KSide {
         k_min_side(record, j, false)
     }
     fn pack(blocks: &[u8], qs: &mut [u8], record: &mut [u8]) -> bool {
@@ -134,11 +139,11 @@ impl SplitFormat for Q4K {
         })
     }
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], _side: Side, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], _side: KSide, xq: &[u32; 8]) -> i32 {
         nibble_dot(qs, xq)
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
+    fn scales(side: KSide) -> [f32; 2] {
         k_min_scales(side)
     }
     #[inline(always)]
@@ -154,7 +159,7 @@ impl SplitFormat for Q4K {
         nibbles(word, s)
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
+    fn staged(side: KSide) -> [u32; 4] {
         k_min_staged(side)
     }
     #[inline(always)]
@@ -162,12 +167,12 @@ impl SplitFormat for Q4K {
         min_dequant_f16x2(biased, staged)
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: KSide, i: usize) -> f32 {
         let [d, m] = Self::scales(side);
         d * nibble(qs, i) + m
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: KSide, x: &[f32; 32]) -> f32 {
         let (s, sx) = nibble_dot_f32(qs, x);
         let [d, m] = Self::scales(side);
         d * s + m * sx
@@ -181,20 +186,21 @@ pub struct Q5K;
 impl Q5K {
     /// The block's codes of nibble word `w`, half `half` (unsigned, one per byte).
     #[inline(always)]
-    fn codes(qs: &[u32; 8], side: Side, w: usize, half: u32) -> u32 {
+    fn codes(qs: &[u32; 8], side: KSide, w: usize, half: u32) -> u32 {
         nibbles(qs[w], half) | q5_high(side[2], w as u32, half)
     }
 }
 
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q5K {
+    type Side = KSide;
     const QS_WORDS: usize = 4;
     const GROUP: usize = 8;
     const RECORD_BYTES: usize = 52;
     const BLOCK_BYTES: usize = 38;
     const STAGED_WORDS: usize = 3;
     #[inline(always)]
-    fn load_side(record: *const u8, j: usize) -> Side {
+    fn load_side(record: *const u8, j: usize) -> KSide {
         k_min_side(record, j, true)
     }
     fn pack(blocks: &[u8], qs: &mut [u8], record: &mut [u8]) -> bool {
@@ -216,7 +222,7 @@ impl SplitFormat for Q5K {
         )
     }
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], side: Side, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], side: KSide, xq: &[u32; 8]) -> i32 {
         let mut s = 0;
         let mut w = 0;
         while w < 4 {
@@ -227,7 +233,7 @@ impl SplitFormat for Q5K {
         s
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
+    fn scales(side: KSide) -> [f32; 2] {
         k_min_scales(side)
     }
     #[inline(always)]
@@ -243,7 +249,7 @@ impl SplitFormat for Q5K {
         nibbles(word, s) | q5_high(staged[2], t, s)
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
+    fn staged(side: KSide) -> [u32; 4] {
         k_min_staged(side)
     }
     #[inline(always)]
@@ -251,14 +257,14 @@ impl SplitFormat for Q5K {
         min_dequant_f16x2(biased, staged)
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: KSide, i: usize) -> f32 {
         let (half, w, k) = (i / 16, (i % 16) / 4, i % 4);
         let high = (side[2] >> (8 * k + 2 * w + half)) & 1;
         let [d, m] = Self::scales(side);
         d * (nibble(qs, i) + 16.0 * high as f32) + m
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: KSide, x: &[f32; 32]) -> f32 {
         let words = k_code_words(|w, half| Self::codes(qs, side, w, half));
         let (mut s, mut sx) = (0.0, 0.0);
         let mut i = 0;
@@ -282,7 +288,7 @@ pub struct Q6K;
 impl Q6K {
     /// The block's codes `q − 32` of nibble word `w`, half `half` (signed, one per byte).
     #[inline(always)]
-    fn codes(qs: &[u32; 8], side: Side, w: usize, half: u32) -> u32 {
+    fn codes(qs: &[u32; 8], side: KSide, w: usize, half: u32) -> u32 {
         q6_signed(nibbles(qs[w], half) | q6_high(side[1 + half as usize], w as u32))
     }
 }
@@ -295,13 +301,14 @@ fn q6_sub_scale(bits: u32, i: u32) -> i32 {
 
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl SplitFormat for Q6K {
+    type Side = KSide;
     const QS_WORDS: usize = 4;
     const GROUP: usize = 8;
     const RECORD_BYTES: usize = 88;
     const BLOCK_BYTES: usize = 36;
     const STAGED_WORDS: usize = 3;
     #[inline(always)]
-    fn load_side(record: *const u8, j: usize) -> Side {
+    fn load_side(record: *const u8, j: usize) -> KSide {
         unsafe {
             let high = (record.add(8 * j) as *const u64).read();
             let sc = (record.add(64 + 2 * j) as *const u16).read() as u32;
@@ -329,7 +336,7 @@ impl SplitFormat for Q6K {
         )
     }
     #[inline(always)]
-    fn int_dot(qs: &[u32; 8], side: Side, xq: &[u32; 8]) -> i32 {
+    fn int_dot(qs: &[u32; 8], side: KSide, xq: &[u32; 8]) -> i32 {
         // |c| ≤ 32, |xq| ≤ 127, |sc| ≤ 128: each half ≤ 2²³, the sum < 2²⁴ (exact as f32).
         let (mut a, mut b) = (0, 0);
         let mut w = 0;
@@ -341,7 +348,7 @@ impl SplitFormat for Q6K {
         a * q6_sub_scale(side[0], 0) + b * q6_sub_scale(side[0], 1)
     }
     #[inline(always)]
-    fn scales(side: Side) -> [f32; 2] {
+    fn scales(side: KSide) -> [f32; 2] {
         [f16_to_f32((side[0] >> 16) as u16), 0.0]
     }
     #[inline(always)]
@@ -353,7 +360,7 @@ impl SplitFormat for Q6K {
         nibbles(word, s) | q6_high(if s == 0 { staged[1] } else { staged[2] }, t)
     }
     #[inline(always)]
-    fn staged(side: Side) -> [u32; 4] {
+    fn staged(side: KSide) -> [u32; 4] {
         // Kept raw: a d·sc rounded to f16 would make each element two roundings.
         [side[0], side[1], side[2], 0]
     }
@@ -369,14 +376,14 @@ impl SplitFormat for Q6K {
         f32_to_f16(value(0)) as u32 | (f32_to_f16(value(1)) as u32) << 16
     }
     #[inline(always)]
-    fn element(qs: *const u8, side: Side, i: usize) -> f32 {
+    fn element(qs: *const u8, side: KSide, i: usize) -> f32 {
         let (half, w, k) = (i / 16, (i % 16) / 4, i % 4);
         let high = (side[1 + half] >> (8 * k + 2 * w)) & 3;
         let q = nibble(qs, i) as i32 + 16 * high as i32;
         ((q - 32) * q6_sub_scale(side[0], half as u32)) as f32 * Self::scales(side)[0]
     }
     #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Side, x: &[f32; 32]) -> f32 {
+    fn block_dot_f32(qs: &[u32; 8], side: KSide, x: &[f32; 32]) -> f32 {
         let words = k_code_words(|w, half| Self::codes(qs, side, w, half));
         let mut half = [0f32; 2];
         let mut i = 0;
