@@ -1,6 +1,7 @@
 //! Weight formats as the GPU keeps them: GGUF blocks split into a quants plane and a scales
 //! plane at upload, so every lane reads its 16 or 32 bytes of quants with aligned 16-byte loads
-//! (an 18-byte Q4_0 block can never be loaded that way in place).
+//! (an 18-byte Q4_0 block can never be loaded that way in place). The K formats (`kquant`) keep
+//! one scales record per 256-element super-block, as the file does.
 //!
 //! Activations for the integer formats are quantized once per mat-vec to [`Q8_1`]-style blocks
 //! (32 × i8 plus `d` and `d·Σq`), so a block dot is eight `dp4a` instead of 32 float FMAs.
