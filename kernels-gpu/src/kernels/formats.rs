@@ -139,7 +139,12 @@ pub trait SplitFormat: 'static {
 
     /// The quant word (0..QS_WORDS) holding elements `16s + 4t .. 16s + 4t + 4`: what lane
     /// `t` of a quad takes for k-step `s` (0, 1) of a block in the f16 GEMM (`kernels/mma.rs`).
-    fn step_word(s: u32, t: u32) -> u32;
+    /// This default is the 4-bit planes' Q4 order: word `t` holds both steps' (low and high
+    /// nibbles); Q8_0 overrides it.
+    #[inline(always)]
+    fn step_word(_s: u32, t: u32) -> u32 {
+        t
+    }
 
     /// Those four elements' codes, from their word (and the block's [`staged`](Self::staged)
     /// words, which hold the K formats' high bits), as unsigned bytes (lowest element lowest).
@@ -315,10 +320,6 @@ impl SplitFormat for Q4_0 {
         [f16_to_f32(side as u16), 0.0]
     }
     #[inline(always)]
-    fn step_word(_s: u32, t: u32) -> u32 {
-        t
-    }
-    #[inline(always)]
     fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
@@ -365,10 +366,6 @@ impl SplitFormat for Q4_1 {
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
         min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
-    fn step_word(_s: u32, t: u32) -> u32 {
-        t
     }
     #[inline(always)]
     fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {

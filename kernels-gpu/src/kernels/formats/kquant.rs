@@ -151,10 +151,6 @@ impl SplitFormat for Q4K {
         min_scale_dot(acc, w, dot, xd, xs)
     }
     #[inline(always)]
-    fn step_word(_s: u32, t: u32) -> u32 {
-        t
-    }
-    #[inline(always)]
     fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
@@ -239,10 +235,6 @@ impl SplitFormat for Q5K {
     #[inline(always)]
     fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
         min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
-    fn step_word(_s: u32, t: u32) -> u32 {
-        t
     }
     #[inline(always)]
     fn step_codes(word: u32, s: u32, t: u32, staged: [u32; 4]) -> u32 {
@@ -350,10 +342,6 @@ impl SplitFormat for Q6K {
     #[inline(always)]
     fn scales(side: KSide) -> [f32; 2] {
         [f16_to_f32((side[0] >> 16) as u16), 0.0]
-    }
-    #[inline(always)]
-    fn step_word(_s: u32, t: u32) -> u32 {
-        t
     }
     #[inline(always)]
     fn step_codes(word: u32, s: u32, t: u32, staged: [u32; 4]) -> u32 {
