@@ -83,6 +83,12 @@ pub trait SplitFormat: 'static {
     const BLOCK_BYTES: usize;
     /// u32 words the GEMM stages per block and row ([`staged`](Self::staged)).
     const STAGED_WORDS: usize = 2;
+    /// Whether a block has a minimum: value = `d·q + m` (Q4_1, Q4K, Q5K) rather than
+    /// `d·(q − CODE_OFFSET)`. Picks the form of the defaults below at compile time.
+    const HAS_MIN: bool = false;
+    /// What the stored unsigned code is offset by (Q4_0: 8; Q8_0: 128, its s8 codes made
+    /// unsigned by [`step_codes`](Self::step_codes)).
+    const CODE_OFFSET: u32 = 0;
 
     /// Block `j` (0..GROUP) of the group whose record starts at `record`: its side data.
     fn load_side(record: *const u8, j: usize) -> Self::Side;
@@ -131,10 +137,15 @@ pub trait SplitFormat: 'static {
     /// both finish every block with this, so they agree up to the order in which blocks are
     /// summed. Fused multiply-adds: in the GEMM this runs once per output element and block, and
     /// the f32 pipe is its bound.
-    /// This default is the scale-only form (`d_w·d_x·dot`); formats with a minimum override it.
+    /// Scale-only formats: `d_w·d_x·dot`; with a minimum: `d_w·d_x·dot + m·s`, `s` being the
+    /// activation block's stored `d_x·Σq`.
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, _xs: f32) -> f32 {
-        fma_f32(w[0], xd * dot, acc)
+    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
+        if Self::HAS_MIN {
+            fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
+        } else {
+            fma_f32(w[0], xd * dot, acc)
+        }
     }
 
     /// The quant word (0..QS_WORDS) holding elements `16s + 4t .. 16s + 4t + 4`: what lane
@@ -157,15 +168,44 @@ pub trait SplitFormat: 'static {
 
     /// Two elements of k-step `s` as f16x2, rounded once from their exact values, given their
     /// unsigned codes `u` as the halves `1024 + u` (bits `0x6400 | u`, see [`biased_f16x2`])
-    /// and the [`staged`](Self::staged) words.
-    fn dequant_f16x2(biased: u32, s: u32, staged: [u32; 4]) -> u32;
+    /// and the [`staged`](Self::staged) words. This default covers the formats whose staged
+    /// words are `[d, m]` pairs: `1024 + u − (1024 + CODE_OFFSET)` is exact in f16, so the
+    /// product (and the minimum's add, fused) is the one rounding.
+    #[inline(always)]
+    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
+        let codes = sub_f16x2(biased, f16x2_splat(0x6400 + Self::CODE_OFFSET));
+        if Self::HAS_MIN {
+            fma_f16x2(codes, staged[0], staged[1])
+        } else {
+            mul_f16x2(codes, staged[0])
+        }
+    }
 
-    /// Element `i` (0..32) of a block (`qs`: its quants), dequantized.
-    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32;
+    /// Element `i` (0..32) of a block (`qs`: its quants), dequantized. This default and
+    /// [`block_dot_f32`](Self::block_dot_f32)'s are the 4-bit formats' (codes as nibbles in
+    /// Q4 order, `[d, m]` from [`scales`](Self::scales)).
+    #[inline(always)]
+    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
+        let [d, m] = Self::scales(side);
+        if Self::HAS_MIN {
+            d * nibble(qs, i) + m
+        } else {
+            d * (nibble(qs, i) - Self::CODE_OFFSET as f32)
+        }
+    }
 
     /// Dot of one weight block (its quants already in registers) with 32 f32 activations,
     /// in f32: `Σ value(i)·x[i]`, no activation quantization.
-    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32;
+    #[inline(always)]
+    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
+        let (s, sx) = nibble_dot_f32(qs, x);
+        let [d, m] = Self::scales(side);
+        if Self::HAS_MIN {
+            d * s + m * sx
+        } else {
+            d * (s - Self::CODE_OFFSET as f32 * sx)
+        }
+    }
 }
 
 /// The side data of block `blk` (row-major block index) of a matrix whose scales plane starts at
@@ -250,28 +290,10 @@ fn min_scales(bits: u32) -> [f32; 2] {
     [f16_to_f32(bits as u16), f16_to_f32((bits >> 16) as u16)]
 }
 
-/// [`SplitFormat::scale_dot`] of the formats with a minimum (Q4_1, Q4K, Q5K): `d_w·d_x·dot + m·s`, `s` being
-/// the activation block's stored `d_x·Σq`.
-#[inline(always)]
-fn min_scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-    fma_f32(w[0] * xd, dot, fma_f32(w[1], xs, acc))
-}
-
-/// `d·u + m` of unsigned codes `u` given as the halves `1024 + u`, from staged `[d, m]` pairs.
-#[inline(always)]
-fn min_dequant_f16x2(biased: u32, staged: [u32; 4]) -> u32 {
-    fma_f16x2(sub_f16x2(biased, F16_1024), staged[0], staged[1])
-}
-
 /// f16x2 of (`v`, `v`).
 const fn f16x2_splat(v: u32) -> u32 {
     v | v << 16
 }
-/// f16 bits of 1024, 1032 (1024 + Q4_0's offset 8) and 1152 (1024 + the 128 that makes an s8
-/// code unsigned).
-const F16_1024: u32 = f16x2_splat(0x6400);
-const F16_1032: u32 = f16x2_splat(0x6408);
-const F16_1152: u32 = f16x2_splat(0x6480);
 
 /// A legacy format's side: its record (the GGUF block's leading f16 scale, or scale and
 /// minimum) as one word.
@@ -301,6 +323,7 @@ impl SplitFormat for Q4_0 {
     const QS_WORDS: usize = 4;
     const RECORD_BYTES: usize = 2;
     const BLOCK_BYTES: usize = 18;
+    const CODE_OFFSET: u32 = 8;
     #[inline(always)]
     fn load_side(record: *const u8, _j: usize) -> u32 {
         legacy_side::<Self>(record)
@@ -327,20 +350,6 @@ impl SplitFormat for Q4_0 {
     fn staged(side: Self::Side) -> [u32; 4] {
         scale_staged(side)
     }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
-        // 1024 + q − 1032 = q − 8 is exact in f16; the product is the one rounding.
-        mul_f16x2(sub_f16x2(biased, F16_1032), staged[0])
-    }
-    #[inline(always)]
-    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
-        Self::scales(side)[0] * (nibble(qs, i) - 8.0)
-    }
-    #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
-        let (s, sx) = nibble_dot_f32(qs, x);
-        Self::scales(side)[0] * (s - 8.0 * sx)
-    }
 }
 
 /// Q4_1: value = d·q + m (scales plane holds d, m as two halves).
@@ -351,6 +360,7 @@ impl SplitFormat for Q4_1 {
     const QS_WORDS: usize = 4;
     const RECORD_BYTES: usize = 4;
     const BLOCK_BYTES: usize = 20;
+    const HAS_MIN: bool = true;
     #[inline(always)]
     fn load_side(record: *const u8, _j: usize) -> u32 {
         legacy_side::<Self>(record)
@@ -364,31 +374,12 @@ impl SplitFormat for Q4_1 {
         min_scales(side)
     }
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-        min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
     fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
     #[inline(always)]
     fn staged(side: Self::Side) -> [u32; 4] {
         [f16x2_splat(side & 0xffff), f16x2_splat(side >> 16), 0, 0]
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
-        min_dequant_f16x2(biased, staged)
-    }
-    #[inline(always)]
-    fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {
-        let [d, m] = Self::scales(side);
-        d * nibble(qs, i) + m
-    }
-    #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: Self::Side, x: &[f32; 32]) -> f32 {
-        let (s, sx) = nibble_dot_f32(qs, x);
-        let [d, m] = Self::scales(side);
-        d * s + m * sx
     }
 }
 
@@ -400,6 +391,7 @@ impl SplitFormat for Q8_0 {
     const QS_WORDS: usize = 8;
     const RECORD_BYTES: usize = 2;
     const BLOCK_BYTES: usize = 34;
+    const CODE_OFFSET: u32 = 128;
     #[inline(always)]
     fn load_side(record: *const u8, _j: usize) -> u32 {
         legacy_side::<Self>(record)
@@ -423,10 +415,6 @@ impl SplitFormat for Q8_0 {
     #[inline(always)]
     fn staged(side: Self::Side) -> [u32; 4] {
         scale_staged(side)
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
-        mul_f16x2(sub_f16x2(biased, F16_1152), staged[0])
     }
     #[inline(always)]
     fn element(qs: *const u8, side: Self::Side, i: usize) -> f32 {

@@ -10,10 +10,7 @@
 //! nibbles for half 0) has its fifth bit (Q5K) at bit `2w + half` of byte `i` of the block's
 //! high word, and its fifth and sixth bits (Q6K) at bits `2w, 2w + 1` of byte `i` of high word
 //! `half`, so one shift and mask moves a whole code word's high bits into place.
-use super::{
-    SplitFormat, f16x2_splat, min_dequant_f16x2, min_scale_dot, nibble, nibble_dot, nibble_dot_f32,
-    nibbles,
-};
+use super::{SplitFormat, f16x2_splat, nibble, nibble_dot, nibbles};
 use crate::device::{dp4a_s32, f16_to_f32, f32_to_f16};
 
 /// The K formats' side data: scale bits in word 0, high code bits in the others (Q4K: `(sc,
@@ -129,6 +126,7 @@ impl SplitFormat for Q4K {
     const GROUP: usize = 8;
     const RECORD_BYTES: usize = 20;
     const BLOCK_BYTES: usize = 38;
+    const HAS_MIN: bool = true;
     #[inline(always)]
     fn load_side(record: *const u8, j: usize) -> KSide {
         k_min_side(record, j, false)
@@ -147,31 +145,12 @@ impl SplitFormat for Q4K {
         k_min_scales(side)
     }
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-        min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
     fn step_codes(word: u32, s: u32, _t: u32, _staged: [u32; 4]) -> u32 {
         nibbles(word, s)
     }
     #[inline(always)]
     fn staged(side: KSide) -> [u32; 4] {
         k_min_staged(side)
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
-        min_dequant_f16x2(biased, staged)
-    }
-    #[inline(always)]
-    fn element(qs: *const u8, side: KSide, i: usize) -> f32 {
-        let [d, m] = Self::scales(side);
-        d * nibble(qs, i) + m
-    }
-    #[inline(always)]
-    fn block_dot_f32(qs: &[u32; 8], side: KSide, x: &[f32; 32]) -> f32 {
-        let (s, sx) = nibble_dot_f32(qs, x);
-        let [d, m] = Self::scales(side);
-        d * s + m * sx
     }
 }
 
@@ -195,6 +174,7 @@ impl SplitFormat for Q5K {
     const RECORD_BYTES: usize = 52;
     const BLOCK_BYTES: usize = 38;
     const STAGED_WORDS: usize = 3;
+    const HAS_MIN: bool = true;
     #[inline(always)]
     fn load_side(record: *const u8, j: usize) -> KSide {
         k_min_side(record, j, true)
@@ -233,20 +213,12 @@ impl SplitFormat for Q5K {
         k_min_scales(side)
     }
     #[inline(always)]
-    fn scale_dot(acc: f32, w: [f32; 2], dot: f32, xd: f32, xs: f32) -> f32 {
-        min_scale_dot(acc, w, dot, xd, xs)
-    }
-    #[inline(always)]
     fn step_codes(word: u32, s: u32, t: u32, staged: [u32; 4]) -> u32 {
         nibbles(word, s) | q5_high(staged[2], t, s)
     }
     #[inline(always)]
     fn staged(side: KSide) -> [u32; 4] {
         k_min_staged(side)
-    }
-    #[inline(always)]
-    fn dequant_f16x2(biased: u32, _s: u32, staged: [u32; 4]) -> u32 {
-        min_dequant_f16x2(biased, staged)
     }
     #[inline(always)]
     fn element(qs: *const u8, side: KSide, i: usize) -> f32 {
