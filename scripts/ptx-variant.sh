@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds one PTX module of kernels-gpu with policy constants overridden, for A/B timing on the
 # GPU through KILN_PTX_OVERRIDE (no relink needed). Usage:
-#   scripts/ptx-variant.sh hopper out.ptx MATVEC_ROWS_PER_WARP=1 [CONST=VALUE ...]
+#   scripts/ptx-variant.sh hopper out.ptx MATVEC_ROWS_PER_WARP=1 [CONST=VALUE ...]  (u32 or bool)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 policy=$1 out=$2
@@ -11,8 +11,8 @@ cp "$file" "/tmp/kiln-policy-backup.rs"
 trap 'cp /tmp/kiln-policy-backup.rs "$file"' EXIT
 for kv in "$@"; do
   konst=${kv%%=*} value=${kv#*=}
-  grep -q "const $konst: u32 = " "$file" || { echo "ptx-variant: $file has no u32 const $konst" >&2; exit 1; }
-  sed -i "s/const $konst: u32 = [0-9_]*;/const $konst: u32 = $value;/" "$file"
+  grep -qE "const $konst: (u32|bool) = " "$file" || { echo "ptx-variant: $file has no u32/bool const $konst" >&2; exit 1; }
+  sed -i -E "s/const $konst: (u32|bool) = [0-9_a-z]*;/const $konst: \1 = $value;/" "$file"
 done
 name=$(sed -n 's/.*const NAME: &.static str = "\(sm_[0-9]*\)".*/\1/p' "$file")
 cpu=$(sed -n 's/.*const PTX_TARGET: &.static str = "\(sm_[0-9a]*\)".*/\1/p' "$file")

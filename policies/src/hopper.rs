@@ -15,10 +15,12 @@ impl TargetPolicy for Hopper {
     const HAS_WGMMA: bool = false;
     const HAS_TMA: bool = false;
     const HAS_PDL: bool = true;
+    const PDL_EARLY_TRIGGER: bool = false;
     const MAX_SMEM_PER_BLOCK: u32 = 227 * 1024;
 
     const MATVEC_WARPS: u32 = 4;
     const MATVEC_ROWS_PER_WARP: u32 = 1;
+    const MATVEC_PREFETCH_GROUPS: u32 = 1;
     const MATVEC_BLOCKS_IN_FLIGHT: u32 = 2;
     const MATVEC_BLOCKS_PER_SM: u32 = 8;
     // Two rows per warp where the launch still has ≥ 2 blocks per SM (8B's q/k/v, o and down

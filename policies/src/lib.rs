@@ -65,6 +65,10 @@ pub trait TargetPolicy: 'static {
     /// while its predecessor in the stream still runs, and waits for it on the device, so
     /// launch latency overlaps the previous kernel instead of adding to every decode node.
     const HAS_PDL: bool;
+    /// With PDL: kernels let the next grid launch before they wait for their own predecessor
+    /// (instead of after), so launches run up to two grids ahead and a mat-vec's weight
+    /// prefetch overlaps the kernel two places before it.
+    const PDL_EARLY_TRIGGER: bool = false;
     /// Shared memory one block may ask for (bytes, after opting in).
     const MAX_SMEM_PER_BLOCK: u32;
 
@@ -73,6 +77,9 @@ pub trait TargetPolicy: 'static {
     const MATVEC_WARPS: u32;
     /// Output rows each warp computes; the activation chunk a lane loads is reused this often.
     const MATVEC_ROWS_PER_WARP: u32;
+    /// Row groups of its own a grid-striding mat-vec block pulls into L2 before the PDL wait
+    /// (only the gate/up + SwiGLU and LM-head launches have more than one per block).
+    const MATVEC_PREFETCH_GROUPS: u32 = 1;
     /// Resident mat-vec blocks per multiprocessor: the grid is one wave of this many per SM.
     const MATVEC_BLOCKS_PER_SM: u32;
     /// 32-element blocks per row each lane loads before it computes (memory-level parallelism).
@@ -146,9 +153,11 @@ impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
     const HAS_WGMMA: bool = P::HAS_WGMMA;
     const HAS_TMA: bool = P::HAS_TMA;
     const HAS_PDL: bool = P::HAS_PDL;
+    const PDL_EARLY_TRIGGER: bool = P::PDL_EARLY_TRIGGER;
     const MAX_SMEM_PER_BLOCK: u32 = P::MAX_SMEM_PER_BLOCK;
     const MATVEC_WARPS: u32 = P::MATVEC_WARPS;
     const MATVEC_ROWS_PER_WARP: u32 = P::MATVEC_ROWS_PER_WARP;
+    const MATVEC_PREFETCH_GROUPS: u32 = P::MATVEC_PREFETCH_GROUPS;
     const MATVEC_BLOCKS_PER_SM: u32 = P::MATVEC_BLOCKS_PER_SM;
     const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;

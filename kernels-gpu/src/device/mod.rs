@@ -79,7 +79,10 @@ pub fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
 /// the row is marked `waits_itself`). A no-op where the policy has no `griddepcontrol`.
 #[inline(always)]
 pub fn pdl_wait<P: policies::TargetPolicy>() {
-    if P::HAS_PDL {
+    if P::HAS_PDL && P::PDL_EARLY_TRIGGER {
+        grid_dep_launch_dependents();
+        grid_dep_wait();
+    } else if P::HAS_PDL {
         grid_dep_wait();
         grid_dep_launch_dependents();
     }

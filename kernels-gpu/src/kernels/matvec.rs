@@ -192,7 +192,10 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     let rows = rows as usize;
     let group_rows = (P::MATVEC_WARPS as usize) * R;
     let mut group = block_idx() as usize;
-    prefetch_rows::<P, F>(qs, scales, group * group_rows, group_rows, rows, nb);
+    for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
+        let at = (group + g * grid_dim() as usize) * group_rows;
+        prefetch_rows::<P, F>(qs, scales, at, group_rows, rows, nb);
+    }
     pdl_wait::<P>();
     while group * group_rows < rows {
         let row0 = (group * P::MATVEC_WARPS as usize + warp_id() as usize) * R;
@@ -470,8 +473,11 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     let mut group = block_idx() as usize;
-    prefetch_rows::<P, F>(gate_qs, gate_scales, group * warps, warps, rows, nb);
-    prefetch_rows::<P, F>(up_qs, up_scales, group * warps, warps, rows, nb);
+    for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
+        let at = (group + g * grid_dim() as usize) * warps;
+        prefetch_rows::<P, F>(gate_qs, gate_scales, at, warps, rows, nb);
+        prefetch_rows::<P, F>(up_qs, up_scales, at, warps, rows, nb);
+    }
     pdl_wait::<P>();
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
