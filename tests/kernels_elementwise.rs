@@ -249,14 +249,8 @@ fn embed(dev: &mut dyn Device, c: &EmbedCase) -> Result<(), TestCaseError> {
         Table::Block(fmt) => {
             let gguf = g.gguf_blocks(fmt, vocab * cols / QK);
             let (qs, sc) = common::split_planes(fmt, &gguf, vocab, cols);
-            let entry = match fmt {
-                BlockFormat::Q4_0 => names::kiln_embed_q4_0,
-                BlockFormat::Q4_1 => names::kiln_embed_q4_1,
-                BlockFormat::Q8_0 => names::kiln_embed_q8_0,
-                BlockFormat::Q6K => names::kiln_embed_q6k,
-                BlockFormat::Q5K => names::kiln_embed_q5k,
-                BlockFormat::Q4K => names::kiln_embed_q4k,
-            };
+            // The families list the formats in `BlockFormat`'s order.
+            let entry = kernels_gpu::entries::families::EMBED[fmt as usize];
             let (qb, sb) = (upload(dev, &qs), upload(dev, &sc));
             let args = [
                 qb.arg(),

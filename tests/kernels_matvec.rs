@@ -10,6 +10,7 @@ mod common;
 use common::data::{Gen, length, seed};
 use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use kernels_gpu::entries::families;
 use proptest::prelude::*;
 
 /// Σ|w·x| per output of [`r::matvec`]: the magnitudes [`r::err_vs_magnitude`] measures against.
@@ -27,9 +28,33 @@ struct QCase {
     /// Launch at most this many blocks along x (a resident wave, as `launch::matvec_resident`
     /// sizes it on a GPU with few SMs): the kernel must stride over the other row groups.
     wave: Option<u32>,
-    /// The wide instantiation (`kiln_matvec_wide_*`: the policy's wide rows per warp).
-    wide: bool,
+    /// Which instantiation: one row per warp, wide, or deep (wide rows, the policy's deep
+    /// blocks in flight).
+    shape: Shape,
     seed: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    OneRow,
+    /// `kiln_matvec_wide_*`: the policy's wide rows per warp.
+    Wide,
+    /// `kiln_matvec_deep_*`: wide rows, `MATVEC_DEEP_BLOCKS_IN_FLIGHT` blocks per lane.
+    Deep,
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    prop::sample::select(vec![Shape::OneRow, Shape::Wide, Shape::Deep])
+}
+
+/// The single-matrix mat-vec entry for `fmt` in `shape`.
+fn matvec_entry(fmt: BlockFormat, shape: Shape) -> &'static str {
+    let family = match shape {
+        Shape::OneRow => families::MATVEC,
+        Shape::Wide => families::MATVEC_WIDE,
+        Shape::Deep => families::MATVEC_DEEP,
+    };
+    entry(fmt, family)
 }
 
 /// Rows around the rows-per-block of every policy (4 and 8) and arbitrary counts up to 24;
@@ -47,14 +72,14 @@ fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
         prop::sample::select(vec![8u32, 64, 72, 136])
     ];
     let wave = prop_oneof![Just(None), (1..=3u32).prop_map(Some)];
-    (rows, blocks, 1..=2u32, wave, any::<bool>(), seed()).prop_map(
-        move |(rows, blocks, n, wave, wide, seed)| QCase {
+    (rows, blocks, 1..=2u32, wave, shape(), seed()).prop_map(
+        move |(rows, blocks, n, wave, shape, seed)| QCase {
             fmt,
             rows,
             blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             wave,
-            wide,
+            shape,
             seed,
         },
     )
@@ -123,24 +148,11 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
     let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
     let y_b = poisoned::<f32>(dev, n * rows, 0xff);
-    let entry = match (c.fmt, c.wide) {
-        (BlockFormat::Q4_0, false) => names::kiln_matvec_q4_0,
-        (BlockFormat::Q4_1, false) => names::kiln_matvec_q4_1,
-        (BlockFormat::Q8_0, false) => names::kiln_matvec_q8_0,
-        (BlockFormat::Q4_0, true) => names::kiln_matvec_wide_q4_0,
-        (BlockFormat::Q4_1, true) => names::kiln_matvec_wide_q4_1,
-        (BlockFormat::Q8_0, true) => names::kiln_matvec_wide_q8_0,
-        (BlockFormat::Q6K, false) => names::kiln_matvec_q6k,
-        (BlockFormat::Q6K, true) => names::kiln_matvec_wide_q6k,
-        (BlockFormat::Q5K, false) => names::kiln_matvec_q5k,
-        (BlockFormat::Q5K, true) => names::kiln_matvec_wide_q5k,
-        (BlockFormat::Q4K, false) => names::kiln_matvec_q4k,
-        (BlockFormat::Q4K, true) => names::kiln_matvec_wide_q4k,
-    };
+    let entry = matvec_entry(c.fmt, c.shape);
     let (sh, r) = (dev.shapes(), rows as u32);
-    let all = match c.wide {
-        true => sh.matvec_wide_multi(&[r], n as u32, u32::MAX / 64),
-        false => sh.matvec_resident(r, n as u32, u32::MAX / 64),
+    let all = match c.shape {
+        Shape::Wide | Shape::Deep => sh.matvec_wide_multi(&[r], n as u32, u32::MAX / 64),
+        Shape::OneRow => sh.matvec_resident(r, n as u32, u32::MAX / 64),
     };
     let dims = common::Dims {
         grid_x: all.grid_x.min(c.wave.unwrap_or(u32::MAX)),
@@ -161,6 +173,21 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     dev.launch(entry, dims, &args(&y_b, 0));
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec output", &y)?;
+    if let Shape::Deep = c.shape {
+        // Each lane sums the same blocks in the same order as the wide form: the same bits.
+        let wide_b = poisoned::<f32>(dev, n * rows, 0xff);
+        dev.launch(matvec_entry(c.fmt, Shape::Wide), dims, &args(&wide_b, 0));
+        let wide = download::<f32>(dev, &wide_b);
+        if let Some(i) = (0..y.len()).find(|&i| y[i].to_bits() != wide[i].to_bits()) {
+            prop_assert!(
+                false,
+                "{}: deep output {i} {} vs wide {}",
+                dev.label(),
+                y[i],
+                wide[i]
+            );
+        }
+    }
     // acc = 1 adds into a residual: each output is `residual + y`, bit for bit.
     let residual = g.activations(n, rows);
     let acc_b = upload(dev, &residual);
@@ -325,23 +352,10 @@ fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
         })
 }
 
-fn entry(
-    fmt: BlockFormat,
-    q4_0: &'static str,
-    q4_1: &'static str,
-    q8_0: &'static str,
-    q6k: &'static str,
-    q5k: &'static str,
-    q4k: &'static str,
-) -> &'static str {
-    match fmt {
-        BlockFormat::Q4_0 => q4_0,
-        BlockFormat::Q4_1 => q4_1,
-        BlockFormat::Q8_0 => q8_0,
-        BlockFormat::Q6K => q6k,
-        BlockFormat::Q5K => q5k,
-        BlockFormat::Q4K => q4k,
-    }
+/// The entry of kernel family `family` (`kernels_gpu::entries::families`) for `fmt`: the
+/// families list the formats in `BlockFormat`'s order.
+fn entry(fmt: BlockFormat, family: families::FormatEntries) -> &'static str {
+    family[fmt as usize]
 }
 
 /// `matvec3_split` (q/k/v in one launch) equals three separate mat-vecs' definition, and
@@ -374,27 +388,11 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     let (all, k) = match c.wide {
         false => (
             sh.matvec_multi(&c.rows, n as u32, many),
-            entry(
-                c.fmt,
-                names::kiln_matvec3_q4_0,
-                names::kiln_matvec3_q4_1,
-                names::kiln_matvec3_q8_0,
-                names::kiln_matvec3_q6k,
-                names::kiln_matvec3_q5k,
-                names::kiln_matvec3_q4k,
-            ),
+            entry(c.fmt, families::MATVEC3),
         ),
         true => (
             sh.matvec_wide_multi(&c.rows, n as u32, many),
-            entry(
-                c.fmt,
-                names::kiln_matvec3_wide_q4_0,
-                names::kiln_matvec3_wide_q4_1,
-                names::kiln_matvec3_wide_q8_0,
-                names::kiln_matvec3_wide_q6k,
-                names::kiln_matvec3_wide_q5k,
-                names::kiln_matvec3_wide_q4k,
-            ),
+            entry(c.fmt, families::MATVEC3_WIDE),
         ),
     };
     let dims = common::Dims {
@@ -442,19 +440,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         Arg::U32(rows as u32),
         Arg::U32(cols as u32),
     ];
-    dev.launch(
-        entry(
-            c.fmt,
-            names::kiln_matvec_swiglu_q4_0,
-            names::kiln_matvec_swiglu_q4_1,
-            names::kiln_matvec_swiglu_q8_0,
-            names::kiln_matvec_swiglu_q6k,
-            names::kiln_matvec_swiglu_q5k,
-            names::kiln_matvec_swiglu_q4k,
-        ),
-        dims,
-        &sargs,
-    );
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU), dims, &sargs);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu output", &y)?;
     let up_exact = r::matvec_q8_1(c.fmt, &up, rows, cols, &xq, &xds);
@@ -504,19 +490,7 @@ fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
         Arg::U32(rows as u32),
         Arg::U32(cols as u32),
     ];
-    dev.launch(
-        entry(
-            c.fmt,
-            names::kiln_matvec_f32x_q4_0,
-            names::kiln_matvec_f32x_q4_1,
-            names::kiln_matvec_f32x_q8_0,
-            names::kiln_matvec_f32x_q6k,
-            names::kiln_matvec_f32x_q5k,
-            names::kiln_matvec_f32x_q4k,
-        ),
-        dims,
-        &args,
-    );
+    dev.launch(entry(c.fmt, families::MATVEC_F32X), dims, &args);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_f32x output", &y)?;
     let w = r::dequantize(c.fmt, &gguf, rows, cols);
@@ -568,16 +542,16 @@ fn gpu_matvec_large() {
         1..=256u32,
         1..=2u32,
         wave,
-        any::<bool>(),
+        shape(),
         seed(),
     )
-        .prop_map(|(fmt, rows, blocks, n, wave, wide, seed)| QCase {
+        .prop_map(|(fmt, rows, blocks, n, wave, shape, seed)| QCase {
             fmt,
             rows,
             blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             wave,
-            wide,
+            shape,
             seed,
         });
     common::run_gpu("gpu_matvec_large", 32, case, matvec_quantized);

@@ -155,6 +155,12 @@ kernel_table! {
     kiln_matvec_wide_q6k = matvec::matvec_split_wide [formats::Q6K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec_wide_q5k = matvec::matvec_split_wide [formats::Q5K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec_wide_q4k = matvec::matvec_split_wide [formats::Q4K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q4_0 = matvec::matvec_split_deep [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q4_1 = matvec::matvec_split_deep [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q8_0 = matvec::matvec_split_deep [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q6k = matvec::matvec_split_deep [formats::Q6K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q5k = matvec::matvec_split_deep [formats::Q5K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
+    kiln_matvec_deep_q4k = matvec::matvec_split_deep [formats::Q4K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
     kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
     kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
@@ -214,4 +220,78 @@ kernel_table! {
     kiln_attention_chunks = attention::attention_chunks [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
     kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
     kiln_flash_prefill = flash::flash_prefill [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, pos: *const u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
+}
+
+/// The kernel families instantiated for every split format: the host picks an entry by the
+/// weight's format, the tests by the reference's, from the same tables.
+pub mod families {
+    use super::names;
+
+    /// One kernel's entries for the split formats, in this order: Q4_0, Q4_1, Q8_0, Q6K, Q5K,
+    /// Q4K.
+    pub type FormatEntries = [&'static str; 6];
+    pub const MATVEC: FormatEntries = [
+        names::kiln_matvec_q4_0,
+        names::kiln_matvec_q4_1,
+        names::kiln_matvec_q8_0,
+        names::kiln_matvec_q6k,
+        names::kiln_matvec_q5k,
+        names::kiln_matvec_q4k,
+    ];
+    pub const MATVEC_WIDE: FormatEntries = [
+        names::kiln_matvec_wide_q4_0,
+        names::kiln_matvec_wide_q4_1,
+        names::kiln_matvec_wide_q8_0,
+        names::kiln_matvec_wide_q6k,
+        names::kiln_matvec_wide_q5k,
+        names::kiln_matvec_wide_q4k,
+    ];
+    pub const MATVEC_DEEP: FormatEntries = [
+        names::kiln_matvec_deep_q4_0,
+        names::kiln_matvec_deep_q4_1,
+        names::kiln_matvec_deep_q8_0,
+        names::kiln_matvec_deep_q6k,
+        names::kiln_matvec_deep_q5k,
+        names::kiln_matvec_deep_q4k,
+    ];
+    pub const MATVEC3: FormatEntries = [
+        names::kiln_matvec3_q4_0,
+        names::kiln_matvec3_q4_1,
+        names::kiln_matvec3_q8_0,
+        names::kiln_matvec3_q6k,
+        names::kiln_matvec3_q5k,
+        names::kiln_matvec3_q4k,
+    ];
+    pub const MATVEC_F32X: FormatEntries = [
+        names::kiln_matvec_f32x_q4_0,
+        names::kiln_matvec_f32x_q4_1,
+        names::kiln_matvec_f32x_q8_0,
+        names::kiln_matvec_f32x_q6k,
+        names::kiln_matvec_f32x_q5k,
+        names::kiln_matvec_f32x_q4k,
+    ];
+    pub const MATVEC_SWIGLU: FormatEntries = [
+        names::kiln_matvec_swiglu_q4_0,
+        names::kiln_matvec_swiglu_q4_1,
+        names::kiln_matvec_swiglu_q8_0,
+        names::kiln_matvec_swiglu_q6k,
+        names::kiln_matvec_swiglu_q5k,
+        names::kiln_matvec_swiglu_q4k,
+    ];
+    pub const EMBED: FormatEntries = [
+        names::kiln_embed_q4_0,
+        names::kiln_embed_q4_1,
+        names::kiln_embed_q8_0,
+        names::kiln_embed_q6k,
+        names::kiln_embed_q5k,
+        names::kiln_embed_q4k,
+    ];
+    pub const MATVEC3_WIDE: FormatEntries = [
+        names::kiln_matvec3_wide_q4_0,
+        names::kiln_matvec3_wide_q4_1,
+        names::kiln_matvec3_wide_q8_0,
+        names::kiln_matvec3_wide_q6k,
+        names::kiln_matvec3_wide_q5k,
+        names::kiln_matvec3_wide_q4k,
+    ];
 }

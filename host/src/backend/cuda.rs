@@ -14,6 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
+use kernels_gpu::entries::families::{
+    EMBED, FormatEntries, MATVEC, MATVEC_DEEP, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_WIDE, MATVEC3,
+    MATVEC3_WIDE,
+};
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::flash;
@@ -91,6 +95,9 @@ pub struct Cuda {
     matvec_wide: bool,
     /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
     matvec3_wide: bool,
+    /// Wide single-matrix mat-vecs whose grid fits one resident wave of the deep instantiation
+    /// (`MATVEC_DEEP_BLOCKS_IN_FLIGHT`) take it; `KILN_MATVEC_DEEP=0` keeps them wide.
+    matvec_deep: bool,
 }
 
 impl Cuda {
@@ -102,6 +109,7 @@ impl Cuda {
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
+            matvec_deep: std::env::var("KILN_MATVEC_DEEP").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -135,6 +143,7 @@ impl Cuda {
             gemm_deep: true,
             matvec_wide: true,
             matvec3_wide: true,
+            matvec_deep: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -376,16 +385,17 @@ impl Cuda {
         let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
         let (sh, sms, r) = (self.gpu.shapes(), self.gpu.sm_count(), w.rows as u32);
         let wide = self.matvec_wide && sh.matvec_takes_wide(r, sms);
-        let k = by_format(
-            ty,
-            match wide {
-                false => MATVEC,
-                true => MATVEC_WIDE,
-            },
-        );
-        let dims = match wide {
-            true => sh.matvec_wide_multi(&[r], n, sms),
-            false => sh.matvec_resident(r, n, sms),
+        let (k, dims) = match wide {
+            true => (
+                by_format(ty, MATVEC_WIDE),
+                sh.matvec_wide_multi(&[r], n, sms),
+            ),
+            false => (by_format(ty, MATVEC), sh.matvec_resident(r, n, sms)),
+        };
+        let deep = by_format(ty, MATVEC_DEEP);
+        let k = match wide && self.matvec_deep && sh.matvec_has_deep() {
+            true if self.gpu.fits_one_wave(deep, dims) => deep,
+            _ => k,
         };
         let dims = self.gpu.one_wave(k, dims);
         self.gpu.launch(
@@ -1502,65 +1512,6 @@ fn widen_to_f16(
         )?;
     Ok(out)
 }
-
-/// One kernel's entries for the split formats: Q4_0, Q4_1, Q8_0, Q6K, Q5K, Q4K.
-type FormatEntries = [&'static str; 6];
-const MATVEC: FormatEntries = [
-    names::kiln_matvec_q4_0,
-    names::kiln_matvec_q4_1,
-    names::kiln_matvec_q8_0,
-    names::kiln_matvec_q6k,
-    names::kiln_matvec_q5k,
-    names::kiln_matvec_q4k,
-];
-const MATVEC_WIDE: FormatEntries = [
-    names::kiln_matvec_wide_q4_0,
-    names::kiln_matvec_wide_q4_1,
-    names::kiln_matvec_wide_q8_0,
-    names::kiln_matvec_wide_q6k,
-    names::kiln_matvec_wide_q5k,
-    names::kiln_matvec_wide_q4k,
-];
-const MATVEC3: FormatEntries = [
-    names::kiln_matvec3_q4_0,
-    names::kiln_matvec3_q4_1,
-    names::kiln_matvec3_q8_0,
-    names::kiln_matvec3_q6k,
-    names::kiln_matvec3_q5k,
-    names::kiln_matvec3_q4k,
-];
-const MATVEC_F32X: FormatEntries = [
-    names::kiln_matvec_f32x_q4_0,
-    names::kiln_matvec_f32x_q4_1,
-    names::kiln_matvec_f32x_q8_0,
-    names::kiln_matvec_f32x_q6k,
-    names::kiln_matvec_f32x_q5k,
-    names::kiln_matvec_f32x_q4k,
-];
-const MATVEC_SWIGLU: FormatEntries = [
-    names::kiln_matvec_swiglu_q4_0,
-    names::kiln_matvec_swiglu_q4_1,
-    names::kiln_matvec_swiglu_q8_0,
-    names::kiln_matvec_swiglu_q6k,
-    names::kiln_matvec_swiglu_q5k,
-    names::kiln_matvec_swiglu_q4k,
-];
-const EMBED: FormatEntries = [
-    names::kiln_embed_q4_0,
-    names::kiln_embed_q4_1,
-    names::kiln_embed_q8_0,
-    names::kiln_embed_q6k,
-    names::kiln_embed_q5k,
-    names::kiln_embed_q4k,
-];
-const MATVEC3_WIDE: FormatEntries = [
-    names::kiln_matvec3_wide_q4_0,
-    names::kiln_matvec3_wide_q4_1,
-    names::kiln_matvec3_wide_q8_0,
-    names::kiln_matvec3_wide_q6k,
-    names::kiln_matvec3_wide_q5k,
-    names::kiln_matvec3_wide_q4k,
-];
 
 /// The entry of `entries` for split format `ty` (Q8_0 for anything else: only the split
 /// formats are stored split).
