@@ -28,8 +28,7 @@ struct QCase {
     /// Launch at most this many blocks along x (a resident wave, as `launch::matvec_resident`
     /// sizes it on a GPU with few SMs): the kernel must stride over the other row groups.
     wave: Option<u32>,
-    /// Which instantiation: one row per warp, wide, or deep (wide rows, the policy's deep
-    /// blocks in flight).
+    /// Which instantiation: one row per warp or wide.
     shape: Shape,
     seed: u64,
 }
@@ -39,12 +38,10 @@ enum Shape {
     OneRow,
     /// `kiln_matvec_wide_*`: the policy's wide rows per warp.
     Wide,
-    /// `kiln_matvec_deep_*`: wide rows, `MATVEC_DEEP_BLOCKS_IN_FLIGHT` blocks per lane.
-    Deep,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
-    prop::sample::select(vec![Shape::OneRow, Shape::Wide, Shape::Deep])
+    prop::sample::select(vec![Shape::OneRow, Shape::Wide])
 }
 
 /// The single-matrix mat-vec entry for `fmt` in `shape`.
@@ -52,7 +49,6 @@ fn matvec_entry(fmt: BlockFormat, shape: Shape) -> &'static str {
     let family = match shape {
         Shape::OneRow => families::MATVEC,
         Shape::Wide => families::MATVEC_WIDE,
-        Shape::Deep => families::MATVEC_DEEP,
     };
     entry(fmt, family)
 }
@@ -151,7 +147,7 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     let entry = matvec_entry(c.fmt, c.shape);
     let (sh, r) = (dev.shapes(), rows as u32);
     let all = match c.shape {
-        Shape::Wide | Shape::Deep => sh.matvec_wide_multi(&[r], n as u32, u32::MAX / 64),
+        Shape::Wide => sh.matvec_wide_multi(&[r], n as u32, u32::MAX / 64),
         Shape::OneRow => sh.matvec_resident(r, n as u32, u32::MAX / 64),
     };
     let dims = common::Dims {
@@ -173,21 +169,6 @@ fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError
     dev.launch(entry, dims, &args(&y_b, 0));
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec output", &y)?;
-    if let Shape::Deep = c.shape {
-        // Each lane sums the same blocks in the same order as the wide form: the same bits.
-        let wide_b = poisoned::<f32>(dev, n * rows, 0xff);
-        dev.launch(matvec_entry(c.fmt, Shape::Wide), dims, &args(&wide_b, 0));
-        let wide = download::<f32>(dev, &wide_b);
-        if let Some(i) = (0..y.len()).find(|&i| y[i].to_bits() != wide[i].to_bits()) {
-            prop_assert!(
-                false,
-                "{}: deep output {i} {} vs wide {}",
-                dev.label(),
-                y[i],
-                wide[i]
-            );
-        }
-    }
     // acc = 1 adds into a residual: each output is `residual + y`, bit for bit.
     let residual = g.activations(n, rows);
     let acc_b = upload(dev, &residual);

@@ -155,12 +155,6 @@ kernel_table! {
     kiln_matvec_wide_q6k = matvec::matvec_split_wide [formats::Q6K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec_wide_q5k = matvec::matvec_split_wide [formats::Q5K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec_wide_q4k = matvec::matvec_split_wide [formats::Q4K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q4_0 = matvec::matvec_split_deep [formats::Q4_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q4_1 = matvec::matvec_split_deep [formats::Q4_1] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q8_0 = matvec::matvec_split_deep [formats::Q8_0] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q6k = matvec::matvec_split_deep [formats::Q6K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q5k = matvec::matvec_split_deep [formats::Q5K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
-    kiln_matvec_deep_q4k = matvec::matvec_split_deep [formats::Q4K] (qs: *const u32, scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32, acc: u32) waits_itself;
     kiln_matvec3_q4_0 = matvec::matvec3_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
     kiln_matvec3_q4_1 = matvec::matvec3_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
     kiln_matvec3_q8_0 = matvec::matvec3_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, xq: *const u32, xds: *const f32, cols: u32) waits_itself;
@@ -245,14 +239,6 @@ pub mod families {
         names::kiln_matvec_wide_q6k,
         names::kiln_matvec_wide_q5k,
         names::kiln_matvec_wide_q4k,
-    ];
-    pub const MATVEC_DEEP: FormatEntries = [
-        names::kiln_matvec_deep_q4_0,
-        names::kiln_matvec_deep_q4_1,
-        names::kiln_matvec_deep_q8_0,
-        names::kiln_matvec_deep_q6k,
-        names::kiln_matvec_deep_q5k,
-        names::kiln_matvec_deep_q4k,
     ];
     pub const MATVEC3: FormatEntries = [
         names::kiln_matvec3_q4_0,

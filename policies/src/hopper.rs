@@ -29,7 +29,6 @@ impl TargetPolicy for Hopper {
     // (Q8_0). Gate/up + SwiGLU two rows each: ±1 %, not kept (127–161 registers).
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = 2;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = 2;
-    const MATVEC_DEEP_BLOCKS_IN_FLIGHT: u32 = 4;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

@@ -90,12 +90,6 @@ pub trait TargetPolicy: 'static {
     /// feeds that many rows, and each lane keeps that many rows' blocks in flight.
     const MATVEC_WIDE_ROWS_PER_WARP: u32;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32;
-    /// Blocks in flight per lane of the deep wide mat-vec (`kiln_matvec_deep_*`, wide rows per
-    /// warp), which the host takes for a wide launch whose whole grid is still one resident
-    /// wave at that kernel's occupancy (0: never). Long-row launches with few warps per SM
-    /// (8B's down projection: 2048 warps) are short of bytes in flight, not of warps, so the
-    /// extra registers cost them no residency.
-    const MATVEC_DEEP_BLOCKS_IN_FLIGHT: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -168,7 +162,6 @@ impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
     const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
-    const MATVEC_DEEP_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_DEEP_BLOCKS_IN_FLIGHT;
     const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
     type Mma = P::Mma;
     const TILE_M: u32 = P::TILE_M;
@@ -222,7 +215,6 @@ pub const fn check<P: TargetPolicy>() {
     );
     assert!(P::GEMM_MIN_TOKENS >= 2);
     assert!(matches!(P::MATVEC_BLOCKS_IN_FLIGHT, 1 | 2 | 4));
-    assert!(matches!(P::MATVEC_DEEP_BLOCKS_IN_FLIGHT, 0 | 3 | 4 | 8));
     assert!(matches!(P::MATVEC_ROWS_PER_WARP, 1 | 2 | 4));
     assert!(matches!(P::MATVEC_WIDE_ROWS_PER_WARP, 1 | 2 | 4));
 }

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_DEEP, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_WIDE, MATVEC3,
-    MATVEC3_WIDE,
+    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_WIDE, MATVEC3, MATVEC3_WIDE,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
@@ -95,9 +94,6 @@ pub struct Cuda {
     matvec_wide: bool,
     /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
     matvec3_wide: bool,
-    /// Wide single-matrix mat-vecs whose grid fits one resident wave of the deep instantiation
-    /// (`MATVEC_DEEP_BLOCKS_IN_FLIGHT`) take it; `KILN_MATVEC_DEEP=0` keeps them wide.
-    matvec_deep: bool,
 }
 
 impl Cuda {
@@ -109,7 +105,6 @@ impl Cuda {
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
-            matvec_deep: std::env::var("KILN_MATVEC_DEEP").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -143,7 +138,6 @@ impl Cuda {
             gemm_deep: true,
             matvec_wide: true,
             matvec3_wide: true,
-            matvec_deep: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -391,11 +385,6 @@ impl Cuda {
                 sh.matvec_wide_multi(&[r], n, sms),
             ),
             false => (by_format(ty, MATVEC), sh.matvec_resident(r, n, sms)),
-        };
-        let deep = by_format(ty, MATVEC_DEEP);
-        let k = match wide && self.matvec_deep && sh.matvec_has_deep() {
-            true if self.gpu.fits_one_wave(deep, dims) => deep,
-            _ => k,
         };
         let dims = self.gpu.one_wave(k, dims);
         self.gpu.launch(

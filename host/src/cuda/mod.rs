@@ -557,12 +557,6 @@ impl Gpu {
         }
     }
 
-    /// Whether all of `dims`' blocks fit one resident wave of `kernel` (always on the host
-    /// executor, which has no occupancy limit).
-    pub fn fits_one_wave(&self, kernel: &'static str, dims: Dims) -> bool {
-        self.one_wave(kernel, dims).grid_x == dims.grid_x
-    }
-
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which
     /// must match the entry's parameter list in the kernel table.
     pub fn launch(&self, kernel: &'static str, dims: Dims, args: &[Arg]) -> Result<()> {

@@ -17,9 +17,6 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec_resident(&self, rows: u32, n: u32, sms: u32) -> Dims;
     /// Whether a split mat-vec of `rows` takes the wide instantiation.
     fn matvec_takes_wide(&self, rows: u32, sms: u32) -> bool;
-    /// Whether the policy has a deep wide mat-vec (`MATVEC_DEEP_BLOCKS_IN_FLIGHT > 0`); the
-    /// backend takes it for wide launches that still fit one resident wave of it.
-    fn matvec_has_deep(&self) -> bool;
     /// The wide mat-vecs (`kiln_matvec_wide_*` over one matrix, `kiln_matvec3_wide_*` over up
     /// to three) over matrices of `rows` each.
     fn matvec_wide_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
@@ -81,9 +78,6 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn matvec_takes_wide(&self, rows: u32, sms: u32) -> bool {
         launch::matvec_takes_wide::<P>(rows, sms)
-    }
-    fn matvec_has_deep(&self) -> bool {
-        P::MATVEC_DEEP_BLOCKS_IN_FLIGHT > 0
     }
     fn matvec_wide_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims {
         launch::matvec_wide_groups::<P>(rows, n, sms)

@@ -92,7 +92,6 @@ pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
     unsafe {
         split_rows::<P, F>(
             P::MATVEC_ROWS_PER_WARP,
-            P::MATVEC_BLOCKS_IN_FLIGHT,
             qs,
             scales,
             xq,
@@ -120,41 +119,14 @@ pub unsafe fn matvec_split_wide<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
     acc: u32,
 ) {
-    let (r, u) = (P::MATVEC_WIDE_ROWS_PER_WARP, P::MATVEC_BLOCKS_IN_FLIGHT);
-    unsafe { split_rows::<P, F>(r, u, qs, scales, xq, xds, y, rows, cols, acc) }
-}
-
-/// [`matvec_split_wide`] with `P::MATVEC_DEEP_BLOCKS_IN_FLIGHT` blocks in flight per lane (the
-/// policy's blocks in flight where that is 0): for wide launches whose grid still fits one
-/// resident wave at this kernel's larger register count. Each lane still sums blocks `lane +
-/// 32k` in increasing `k`, so the outputs are bit-identical to the wide form's. Launch:
-/// [`launch::matvec_wide_groups`] over `rows`.
-///
-/// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec_split_deep<P: TargetPolicy, F: SplitFormat>(
-    qs: *const u32,
-    scales: *const u8,
-    xq: *const u32,
-    xds: *const f32,
-    y: *mut f32,
-    rows: u32,
-    cols: u32,
-    acc: u32,
-) {
-    let u = match P::MATVEC_DEEP_BLOCKS_IN_FLIGHT {
-        0 => P::MATVEC_BLOCKS_IN_FLIGHT,
-        u => u,
-    };
     let r = P::MATVEC_WIDE_ROWS_PER_WARP;
-    unsafe { split_rows::<P, F>(r, u, qs, scales, xq, xds, y, rows, cols, acc) }
+    unsafe { split_rows::<P, F>(r, qs, scales, xq, xds, y, rows, cols, acc) }
 }
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn split_rows<P: TargetPolicy, F: SplitFormat>(
     rows_per_warp: u32,
-    in_flight: u32,
     qs: *const u32,
     scales: *const u8,
     xq: *const u32,
@@ -169,9 +141,9 @@ unsafe fn split_rows<P: TargetPolicy, F: SplitFormat>(
     // run-time bound would spill them to local memory).
     unsafe {
         match rows_per_warp {
-            1 => split_unrolled::<P, F, 1>(in_flight, qs, scales, xq, xds, y, rows, cols, acc),
-            2 => split_unrolled::<P, F, 2>(in_flight, qs, scales, xq, xds, y, rows, cols, acc),
-            _ => split_unrolled::<P, F, 4>(in_flight, qs, scales, xq, xds, y, rows, cols, acc),
+            1 => split_unrolled::<P, F, 1>(qs, scales, xq, xds, y, rows, cols, acc),
+            2 => split_unrolled::<P, F, 2>(qs, scales, xq, xds, y, rows, cols, acc),
+            _ => split_unrolled::<P, F, 4>(qs, scales, xq, xds, y, rows, cols, acc),
         }
     }
 }
@@ -179,7 +151,6 @@ unsafe fn split_rows<P: TargetPolicy, F: SplitFormat>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
-    in_flight: u32,
     qs: *const u32,
     scales: *const u8,
     xq: *const u32,
@@ -190,12 +161,10 @@ unsafe fn split_unrolled<P: TargetPolicy, F: SplitFormat, const R: usize>(
     acc: u32,
 ) {
     unsafe {
-        match in_flight {
+        match P::MATVEC_BLOCKS_IN_FLIGHT {
             1 => matvec_split_tile::<P, F, R, 1>(qs, scales, xq, xds, y, rows, cols, acc),
             2 => matvec_split_tile::<P, F, R, 2>(qs, scales, xq, xds, y, rows, cols, acc),
-            3 => matvec_split_tile::<P, F, R, 3>(qs, scales, xq, xds, y, rows, cols, acc),
-            4 => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols, acc),
-            _ => matvec_split_tile::<P, F, R, 8>(qs, scales, xq, xds, y, rows, cols, acc),
+            _ => matvec_split_tile::<P, F, R, 4>(qs, scales, xq, xds, y, rows, cols, acc),
         }
     }
 }
