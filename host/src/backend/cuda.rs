@@ -94,6 +94,9 @@ pub struct Cuda {
     matvec_wide: bool,
     /// The same for the q/k/v mat-vec (`KILN_MATVEC3_WIDE=0`), measured apart.
     matvec3_wide: bool,
+    /// Split-KV attention's pass 1 on tensor cores in the default (Q8_1) mode;
+    /// `KILN_ATTN_MMA=0` keeps the f32 kernel (the A/B switch).
+    attention_mma: bool,
 }
 
 impl Cuda {
@@ -105,6 +108,7 @@ impl Cuda {
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
+            attention_mma: std::env::var("KILN_ATTN_MMA").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -138,6 +142,7 @@ impl Cuda {
             gemm_deep: true,
             matvec_wide: true,
             matvec3_wide: true,
+            attention_mma: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -318,9 +323,23 @@ impl Cuda {
             return Ok(out);
         }
         let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
+        // Pass 1 on tensor cores where the f16 operands are acceptable (as for prefill).
+        let mma = sh.attention_chunks_mma(heads, kv_heads, head_dim, tokens, max_ctx);
+        let (pass1, dims) = if self.attention_mma
+            && flash::flash_supports(head_dim)
+            && !self.f32_activations
+            && mma.shared_bytes <= sh.max_shared_bytes()
+        {
+            (names::kiln_attention_chunks_mma, mma)
+        } else {
+            (
+                names::kiln_attention_chunks,
+                sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
+            )
+        };
         self.gpu.launch(
-            names::kiln_attention_chunks,
-            sh.attention_chunks(heads, kv_heads, head_dim, tokens, max_ctx),
+            pass1,
+            dims,
             &[
                 q.arg(),
                 cache.k[layer].arg(),

@@ -53,6 +53,15 @@ pub trait LaunchShapes: Send + Sync {
         max_ctx: u32,
     ) -> Dims;
     /// Split-KV attention pass 2.
+    /// Split-KV pass 1 on tensor cores (`flash_supports(head_dim)`).
+    fn attention_chunks_mma(
+        &self,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        n_tokens: u32,
+        max_ctx: u32,
+    ) -> Dims;
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
     /// f32 scratch between the two attention passes.
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
@@ -131,6 +140,16 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
         max_ctx: u32,
     ) -> Dims {
         launch::attention_chunks::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
+    }
+    fn attention_chunks_mma(
+        &self,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        n_tokens: u32,
+        max_ctx: u32,
+    ) -> Dims {
+        launch::attention_chunks_mma::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
     }
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
         launch::attention_combine::<P>(heads, head_dim, n_tokens)

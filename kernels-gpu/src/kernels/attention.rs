@@ -28,7 +28,7 @@ const VEC: usize = 8;
 /// block has in flight are what keeps them coming.
 const ROWS_IN_FLIGHT: u32 = 4;
 /// Floats of a softmax partial record before its `head_dim` weighted V sums: max, exp-sum.
-const STATS: u32 = 2;
+pub(crate) const STATS: u32 = 2;
 
 const _: () = assert!(
     MAX_HEAD_DIM / WARP == VEC as u32,
@@ -99,6 +99,61 @@ pub const fn record_floats(head_dim: u32) -> u32 {
     head_dim + STATS
 }
 
+/// What a split-KV pass-1 block works on (its place in the grid of
+/// [`launch::attention_chunks`](crate::kernels::launch::attention_chunks)): token `t`, split
+/// `split` of `splits`, positions `start..end`, KV head `kvh` and the `gs` query heads from `h0`
+/// (of up to `per_block`).
+#[derive(Clone, Copy)]
+pub(crate) struct SplitBlock {
+    pub t: u32,
+    pub splits: u32,
+    pub split: u32,
+    pub kvh: u32,
+    pub start: u32,
+    pub end: u32,
+    pub h0: u32,
+    pub per_block: u32,
+    pub gs: u32,
+}
+
+impl SplitBlock {
+    /// The calling block's work; `None` if its split lies past its token's causal end.
+    #[inline(always)]
+    pub(crate) unsafe fn of<P: TargetPolicy>(
+        pos: *const u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        max_ctx: u32,
+    ) -> Option<SplitBlock> {
+        let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
+        let (per_block, slices) = head_slices(heads, kv_heads);
+        let (slice, split, kvh, t) = (
+            block_idx() % slices,
+            block_idx() / slices % splits,
+            block_idx() / slices / splits,
+            block_idx_y(),
+        );
+        let len = unsafe { *pos } + t + 1;
+        let span = live_span::<P>(len, splits, span, head_dim);
+        let start = split * span;
+        if start >= len {
+            return None;
+        }
+        Some(SplitBlock {
+            t,
+            splits,
+            split,
+            kvh,
+            start,
+            end: len.min(start + span),
+            h0: kvh * (heads / kv_heads) + slice * per_block,
+            per_block,
+            gs: per_block.min(heads / kv_heads - slice * per_block),
+        })
+    }
+}
+
 /// Pass 1: the softmax partials of token `t`'s query heads in one KV head's group (or a slice of
 /// it) over one split of the cache, as records `part[(t, head, split)]` of [`record_floats`].
 /// `q`: `n × heads × head_dim` f32; `k`, `v`: `kv_heads × max_ctx × head_dim` f16, 16-byte
@@ -118,23 +173,22 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     max_ctx: u32,
     scale: f32,
 ) {
-    let (splits, span) = kv_splits::<P>(grid_dim_y(), max_ctx);
-    let (per_block, slices) = head_slices(heads, kv_heads);
-    let (slice, split, kvh, t) = (
-        block_idx() % slices,
-        block_idx() / slices % splits,
-        block_idx() / slices / splits,
-        block_idx_y(),
-    );
-    let len = unsafe { *pos } + t + 1;
-    let span = live_span::<P>(len, splits, span, head_dim);
-    let start = split * span;
-    if start >= len {
-        return; // block-uniform: this split lies past the causal end, pass 2 will not read it
-    }
-    let end = len.min(start + span);
-    let h0 = kvh * (heads / kv_heads) + slice * per_block;
-    let gs = per_block.min(heads / kv_heads - slice * per_block) as usize;
+    // Block-uniform: a split past the causal end has nothing to do, pass 2 will not read it.
+    let Some(b) = (unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, head_dim, max_ctx) }) else {
+        return;
+    };
+    let SplitBlock {
+        t,
+        splits,
+        split,
+        kvh,
+        start,
+        end,
+        h0,
+        per_block,
+        gs,
+    } = b;
+    let gs = gs as usize;
     let (lanes, warps) = (row_lanes(head_dim), P::ATTN_WARPS);
     let rows = WARP / lanes; // rows a warp reads per step, `lanes` lanes each
     let (sub, dim0) = (lane() / lanes, (lane() % lanes) * VEC as u32);
@@ -335,7 +389,7 @@ impl Running {
 /// thread must call, after storing its records; `recs` needs [`merge_floats`]`(slots, stride,
 /// head_dim)` floats.
 #[inline(always)]
-unsafe fn merge_slots(
+pub(crate) unsafe fn merge_slots(
     recs: *mut f32,
     slots: u32,
     stride: u32,

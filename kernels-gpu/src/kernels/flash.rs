@@ -9,7 +9,12 @@
 //! score is a shuffle reduction). Here a K/V tile is read once per 64 tokens and the arithmetic
 //! is on tensor cores; the price is f16 operands (the query pre-scaled, the probabilities in
 //! [0, 1]) with f32 accumulation, which the host keeps for its default (Q8_1) mode only.
+//!
+//! [`attention_chunks_mma`] is split-KV decode's pass 1 on the same tensor-core steps: the M
+//! rows of an mma are a KV group's query heads instead of 16 tokens, so one mma scores eight
+//! positions for all of them where the f32 kernel reduces each (row, head) dot by butterflies.
 use crate::device::*;
+use crate::kernels::attention::{STATS, SplitBlock, merge_floats, merge_slots, record_floats};
 use policies::TargetPolicy;
 
 /// Query tokens per block: 16 per warp.
@@ -230,4 +235,218 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
             }
         })
     });
+}
+
+/// Cache positions [`attention_chunks_mma`] stages in shared memory per round (a split of more
+/// takes several rounds).
+pub const SPLIT_TILE: u32 = 128;
+
+/// Dynamic shared memory of [`attention_chunks_mma`]: a K and a V tile, then the warps'
+/// partial records for `per_block` heads.
+pub const fn split_smem_bytes(warps: u32, per_block: u32, head_dim: u32) -> u32 {
+    2 * SPLIT_TILE * (head_dim + PAD) * 2 + merge_floats(warps, per_block, head_dim) * 4
+}
+
+/// Split-KV pass 1 on tensor cores: the partials [`attention_chunks`] writes (same grid, same
+/// records, merged by [`attention_combine`]), for [`flash_supports`]`(head_dim)`. The block
+/// copies its split's K/V rows into shared memory (`cp.async`, all in flight at once); warp
+/// `w` then takes positions `16w, 16w + 16·warps, ...`: `S = Q·Kᵀ` for the group's heads (rows
+/// `g < heads in block` of the mma, the other rows zero), an online softmax per head, `O += P·V`
+/// — as [`flash_prefill`]'s tile steps. The warps' partials merge in shared memory.
+///
+/// [`attention_chunks`]: crate::kernels::attention::attention_chunks
+/// [`attention_combine`]: crate::kernels::attention::attention_combine
+#[allow(clippy::too_many_arguments)] // a kernel's parameters are its launch's argument list
+pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
+    q: *const f32,
+    k: *const u16,
+    v: *const u16,
+    part: *mut f32,
+    pos: *const u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    scale: f32,
+) {
+    let a = (q, k, v, part, pos, heads, kv_heads, max_ctx, scale);
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
+}
+
+type SplitArgs = (
+    *const f32,
+    *const u16,
+    *const u16,
+    *mut f32,
+    *const u32,
+    u32,
+    u32,
+    u32,
+    f32,
+);
+
+#[inline(always)]
+unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
+    args: SplitArgs,
+) {
+    let (q, k, v, part, pos, heads, kv_heads, max_ctx, scale) = args;
+    // Which token, heads and positions: as `attention_chunks` takes them.
+    let Some(b) = (unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, D, max_ctx) }) else {
+        return; // block-uniform: past the causal end, pass 2 will not read this split
+    };
+    let SplitBlock {
+        t,
+        splits,
+        split,
+        kvh,
+        start,
+        end,
+        h0,
+        per_block,
+        gs,
+    } = b;
+    let (g, tq) = (lane() / 4, lane() % 4);
+    // Q as A fragments, pre-scaled into the exp2 domain: row g is head h0 + g (zero past the
+    // block's heads), rows g + 8 are zero (a block has at most `MAX_GROUP` < 8 heads).
+    let qv = |d: u32| {
+        let x = if g < gs {
+            unsafe { *q.add(((t * heads + h0 + g) * D + d) as usize) }
+        } else {
+            0.0
+        };
+        x * scale * core::f32::consts::LOG2_E
+    };
+    let mut qa = [[0u32; 4]; KS];
+    unroll::<KS>(|ks| {
+        let d = 16 * ks as u32 + 2 * tq;
+        qa[ks] = [pack(qv(d), qv(d + 1)), 0, pack(qv(d + 8), qv(d + 9)), 0];
+    });
+
+    let stride = D + PAD;
+    let ks_mem: *mut u16 = shared_mem();
+    let vs_mem = unsafe { ks_mem.add((SPLIT_TILE * stride) as usize) };
+    let recs = unsafe { vs_mem.add((SPLIT_TILE * stride) as usize) } as *mut f32;
+    let mut o = [[0f32; 4]; ND];
+    // Row g's running max and this lane's share of its exp-sum.
+    let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+    let mut base = start;
+    while base < end {
+        let here = (end - base).min(SPLIT_TILE);
+        // Whole 16-row steps are read: rows past `end` are zeros (finite: masked anyway).
+        let staged = here.div_ceil(16) * 16;
+        sync_threads(); // every warp is done with the previous round's tile
+        let mut c = thread_idx();
+        while c < staged * D / 8 {
+            let (row, col) = (c / (D / 8), c % (D / 8) * 8);
+            let dst = (row * stride + col) as usize;
+            let (kd, vd) = unsafe { (ks_mem.add(dst) as *mut u32, vs_mem.add(dst) as *mut u32) };
+            if row < here {
+                let src = ((kvh * max_ctx + base + row) * D + col) as usize;
+                unsafe {
+                    cp_async_16(kd, k.add(src) as *const u32);
+                    cp_async_16(vd, v.add(src) as *const u32);
+                }
+            } else {
+                unsafe {
+                    *(kd as *mut [u32; 4]) = [0; 4];
+                    *(vd as *mut [u32; 4]) = [0; 4];
+                }
+            }
+            c += block_dim();
+        }
+        cp_async_commit();
+        cp_async_wait(0);
+        sync_threads();
+
+        let mut sub = 16 * warp_id();
+        while sub < here {
+            // S = Q·Kᵀ over positions sub..sub + 16 (two n-tiles of 8).
+            let mut s = [[0f32; 4]; 2];
+            unroll::<2>(|nt| {
+                let krow =
+                    unsafe { ks_mem.add(((sub + 8 * nt as u32 + g) * stride + 2 * tq) as usize) };
+                unroll::<KS>(|ks| {
+                    let b = unsafe {
+                        [
+                            *(krow.add(16 * ks) as *const u32),
+                            *(krow.add(16 * ks + 8) as *const u32),
+                        ]
+                    };
+                    s[nt] = mma_m16n8k16_f32_f16(qa[ks], b, s[nt]);
+                });
+            });
+            // Online softmax of row g: this lane holds positions 2tq, 2tq + 1 of each n-tile,
+            // the quad the other six; position `sub` is always visible, so the max is finite.
+            let mut mx = f32::NEG_INFINITY;
+            unroll::<2>(|nt| {
+                unroll::<2>(|i| {
+                    if base + sub + 8 * nt as u32 + 2 * tq + i as u32 >= end {
+                        s[nt][i] = f32::NEG_INFINITY;
+                    }
+                    mx = mx.max(s[nt][i]);
+                })
+            });
+            let new = m.max(lane_group_max(mx, 4));
+            let old = exp2(m - new);
+            let mut sum = 0.0;
+            unroll::<2>(|nt| {
+                unroll::<2>(|i| {
+                    s[nt][i] = exp2(s[nt][i] - new);
+                    sum += s[nt][i];
+                })
+            });
+            l = l * old + sum;
+            m = new;
+            unroll::<ND>(|nd| {
+                o[nd][0] *= old;
+                o[nd][1] *= old;
+            });
+            // O += P·V: rows g + 8 of P are zero; V as in `flash_prefill`.
+            let pa = [pack(s[0][0], s[0][1]), 0, pack(s[1][0], s[1][1]), 0];
+            let vrow = |dr: u32, col: u32| unsafe {
+                *vs_mem.add(((sub + 2 * tq + dr) * stride + col) as usize)
+            } as u32;
+            unroll::<ND>(|nd| {
+                let col = 8 * nd as u32 + g;
+                let b = [
+                    vrow(0, col) | vrow(1, col) << 16,
+                    vrow(8, col) | vrow(9, col) << 16,
+                ];
+                o[nd] = mma_m16n8k16_f32_f16(pa, b, o[nd]);
+            });
+            sub += 16 * P::ATTN_WARPS;
+        }
+        base += SPLIT_TILE;
+    }
+    // This warp's partial of each head as a record (a warp that saw no position: max -∞,
+    // sums 0, weighted 0 by the merge), then the block's merge into the scratch.
+    let l = lane_group_sum(l, 4);
+    if g < gs {
+        let rec = unsafe { recs.add(((warp_id() * per_block + g) * record_floats(D)) as usize) };
+        if tq == 0 {
+            unsafe { (*rec, *rec.add(1)) = (m, l) };
+        }
+        unroll::<ND>(|nd| {
+            unroll::<2>(|i| {
+                let d = 8 * nd as u32 + 2 * tq + i as u32;
+                unsafe { *rec.add((STATS + d) as usize) = o[nd][i] };
+            })
+        });
+    }
+    unsafe {
+        merge_slots(recs, P::ATTN_WARPS, per_block, gs, D, |hg, d, mx, l, a| {
+            let rec =
+                part.add((((t * heads + h0 + hg) * splits + split) * record_floats(D)) as usize);
+            if d == 0 {
+                *rec = mx;
+                *rec.add(1) = l;
+            }
+            *rec.add((STATS + d) as usize) = a;
+        })
+    };
 }

@@ -213,6 +213,22 @@ pub const fn attention_chunks<P: TargetPolicy>(
     }
 }
 
+/// Split-KV attention, pass 1 on tensor cores (`flash::attention_chunks_mma`): the grid of
+/// [`attention_chunks`], shared memory for a K/V tile and the warps' partials.
+pub const fn attention_chunks_mma<P: TargetPolicy>(
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    n_tokens: u32,
+    max_ctx: u32,
+) -> Dims {
+    let (per_block, _) = attention::head_slices(heads, kv_heads);
+    Dims {
+        shared_bytes: crate::kernels::flash::split_smem_bytes(P::ATTN_WARPS, per_block, head_dim),
+        ..attention_chunks::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
+    }
+}
+
 /// Split-KV attention, pass 2: one block per (query head, token); shared memory: one partial per warp.
 pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
     Dims {
