@@ -592,14 +592,20 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
     for s in cases {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
-        let gpu = decode_steps(&Cuda::host::<policies::Hopper>(), &file, &TOKENS);
-        for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
-            assert!(
-                rel < 1e-4,
-                "{} {:?} position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}",
-                s.arch,
-                s.ty
-            );
+        // With the f32 attention kernel: the same arithmetic up to float rounding. With the
+        // tensor-core pass 1 (head_dim 64 here): its f16 operands, ~1e-3.
+        for (mma, tol) in [(false, 1e-4), (true, 5e-3)] {
+            let cuda = Cuda::host::<policies::Hopper>().with_attention_mma(mma);
+            let gpu = decode_steps(&cuda, &file, &TOKENS);
+            for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
+                assert!(
+                    rel < tol,
+                    "{} {:?} head_dim {}, attention mma {mma}, position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}",
+                    s.arch,
+                    s.ty,
+                    s.head_dim
+                );
+            }
         }
     }
 }
@@ -741,7 +747,10 @@ fn cuda_backend_ops_match_cpu_backend_in_lockstep() {
         ..LLAMA
     };
     let (file, _) = build(&s);
-    let lock = Lockstep::new(Cpu::new(), Cuda::host::<policies::Hopper>(), 1e-5);
+    // Op by op at float rounding: the f32 attention kernel (the tensor-core one is checked
+    // against float64 by the kernel tests and end to end above).
+    let cuda = Cuda::host::<policies::Hopper>().with_attention_mma(false);
+    let lock = Lockstep::new(Cpu::new(), cuda, 1e-5);
     let _ = decode_steps(&lock, &file, &TOKENS);
     let report = lock.report();
     assert!(

@@ -226,6 +226,14 @@ impl Cuda {
         self
     }
 
+    /// Whether split-KV attention's pass 1 may run on tensor cores (f16 query and probability
+    /// operands, ~1e-3 relative) in the default mode; off, it runs the f32 kernel, which agrees
+    /// with the CPU backend's attention to float rounding.
+    pub fn with_attention_mma(mut self, on: bool) -> Self {
+        self.attention_mma = on;
+        self
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         let n = (rows * cols).max(1);
         let mut guard = self.pool.borrow_mut();

@@ -237,14 +237,21 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
     });
 }
 
-/// Cache positions [`attention_chunks_mma`] stages in shared memory per round (a split of more
-/// takes several rounds).
-pub const SPLIT_TILE: u32 = 128;
+/// Cache positions [`attention_chunks_mma`] stages in shared memory per round: a chunk, at most
+/// 128 (a split of more takes several rounds).
+pub const fn split_tile<P: TargetPolicy>() -> u32 {
+    if P::ATTN_CHUNK < 128 {
+        P::ATTN_CHUNK
+    } else {
+        128
+    }
+}
 
 /// Dynamic shared memory of [`attention_chunks_mma`]: a K and a V tile, then the warps'
 /// partial records for `per_block` heads.
-pub const fn split_smem_bytes(warps: u32, per_block: u32, head_dim: u32) -> u32 {
-    2 * SPLIT_TILE * (head_dim + PAD) * 2 + merge_floats(warps, per_block, head_dim) * 4
+pub const fn split_smem_bytes<P: TargetPolicy>(per_block: u32, head_dim: u32) -> u32 {
+    2 * split_tile::<P>() * (head_dim + PAD) * 2
+        + merge_floats(P::ATTN_WARPS, per_block, head_dim) * 4
 }
 
 /// Split-KV pass 1 on tensor cores: the partials [`attention_chunks`] writes (same grid, same
@@ -329,14 +336,15 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
 
     let stride = D + PAD;
     let ks_mem: *mut u16 = shared_mem();
-    let vs_mem = unsafe { ks_mem.add((SPLIT_TILE * stride) as usize) };
-    let recs = unsafe { vs_mem.add((SPLIT_TILE * stride) as usize) } as *mut f32;
+    let tile = split_tile::<P>();
+    let vs_mem = unsafe { ks_mem.add((tile * stride) as usize) };
+    let recs = unsafe { vs_mem.add((tile * stride) as usize) } as *mut f32;
     let mut o = [[0f32; 4]; ND];
     // Row g's running max and this lane's share of its exp-sum.
     let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
     let mut base = start;
     while base < end {
-        let here = (end - base).min(SPLIT_TILE);
+        let here = (end - base).min(tile);
         // Whole 16-row steps are read: rows past `end` are zeros (finite: masked anyway).
         let staged = here.div_ceil(16) * 16;
         sync_threads(); // every warp is done with the previous round's tile
@@ -421,7 +429,7 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             });
             sub += 16 * P::ATTN_WARPS;
         }
-        base += SPLIT_TILE;
+        base += tile;
     }
     // This warp's partial of each head as a record (a warp that saw no position: max -∞,
     // sums 0, weighted 0 by the merge), then the block's merge into the scratch.

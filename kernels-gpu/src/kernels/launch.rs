@@ -224,7 +224,7 @@ pub const fn attention_chunks_mma<P: TargetPolicy>(
 ) -> Dims {
     let (per_block, _) = attention::head_slices(heads, kv_heads);
     Dims {
-        shared_bytes: crate::kernels::flash::split_smem_bytes(P::ATTN_WARPS, per_block, head_dim),
+        shared_bytes: crate::kernels::flash::split_smem_bytes::<P>(per_block, head_dim),
         ..attention_chunks::<P>(heads, kv_heads, head_dim, n_tokens, max_ctx)
     }
 }
