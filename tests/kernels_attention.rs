@@ -336,6 +336,23 @@ fn gpu_attention_capped_splits() {
     common::run_gpu("gpu_attention_capped_splits", 32, capped_case(), attention);
 }
 
+/// [`capped_case`] for the tensor-core pass 1: a split of several chunks takes several rounds
+/// of its shared-memory tile.
+fn capped_mma_case() -> impl Strategy<Value = AttnCase> {
+    capped_case().prop_map(|c| AttnCase { head_dim: 64, ..c })
+}
+
+#[test]
+fn host_attention_mma_capped_splits() {
+    common::run_host(3, capped_mma_case(), attention_mma);
+}
+
+#[test]
+fn gpu_attention_mma_capped_splits() {
+    let case = capped_mma_case();
+    common::run_gpu("gpu_attention_mma_capped_splits", 32, case, attention_mma);
+}
+
 /// Long contexts (up to 4096 cached positions, in caches up to 40k positions: the model's
 /// largest), head dimensions from `dims`, groups up to 8 (two blocks per group past
 /// `MAX_GROUP`) and prefill chunks: GPU only. Sizes keep the float64 reference (heads × tokens ×
