@@ -26,6 +26,9 @@ struct Synth {
     /// `attn_v` and `ffn_down` in this type instead (llama.cpp's *_K_M mixtures use Q6_K).
     v_down_ty: Option<GgmlType>,
     tied: bool,
+    /// (experts, used per token, expert width): routed experts instead of the dense
+    /// feed-forward (`qwen3moe`).
+    experts: Option<(usize, usize, usize)>,
 }
 
 const EPS: f32 = 1e-5;
@@ -43,6 +46,7 @@ const LLAMA: Synth = Synth {
     ty: GgmlType::F32,
     v_down_ty: None,
     tied: true,
+    experts: None,
 };
 
 /// head_dim (32) != n_embd / n_head (16), as in real Qwen3 models; untied output.
@@ -58,6 +62,14 @@ const QWEN3: Synth = Synth {
     ty: GgmlType::F32,
     v_down_ty: None,
     tied: false,
+    experts: None,
+};
+
+/// Qwen3-MoE: 8 experts of width 32, 2 per token, with QK-norm like QWEN3.
+const QWEN3MOE: Synth = Synth {
+    arch: "qwen3moe",
+    experts: Some((8, 2, 32)),
+    ..QWEN3
 };
 
 /// Deterministic values in [-1, 1).
@@ -113,11 +125,21 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
             (b("attn_v"), kv, s.n_embd, false),
             (b("attn_output"), s.n_embd, q, false),
             (b("ffn_norm"), 1, s.n_embd, true),
-            (b("ffn_gate"), s.n_ff, s.n_embd, false),
-            (b("ffn_up"), s.n_ff, s.n_embd, false),
-            (b("ffn_down"), s.n_embd, s.n_ff, false),
         ]);
-        if s.arch == "qwen3" {
+        match s.experts {
+            None => specs.extend([
+                (b("ffn_gate"), s.n_ff, s.n_embd, false),
+                (b("ffn_up"), s.n_ff, s.n_embd, false),
+                (b("ffn_down"), s.n_embd, s.n_ff, false),
+            ]),
+            Some((n, _, ff)) => specs.extend([
+                (b("ffn_gate_inp"), n, s.n_embd, false),
+                (b("ffn_gate_exps"), n * ff, s.n_embd, false),
+                (b("ffn_up_exps"), n * ff, s.n_embd, false),
+                (b("ffn_down_exps"), n * s.n_embd, ff, false),
+            ]),
+        }
+        if s.arch.starts_with("qwen3") {
             specs.push((b("attn_q_norm"), 1, s.head_dim, true));
             specs.push((b("attn_k_norm"), 1, s.head_dim, true));
         }
@@ -154,11 +176,22 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
     for (k, v) in meta {
         w.add_metadata(k, v).unwrap();
     }
+    if let Some((n, used, ff)) = s.experts {
+        for (k, v) in [
+            ("expert_count", n),
+            ("expert_used_count", used),
+            ("expert_feed_forward_length", ff),
+        ] {
+            w.add_metadata(format!("{a}.{k}"), Value::U32(v as u32))
+                .unwrap();
+        }
+    }
     let mut data = Vec::new();
     let mut weights = HashMap::new();
     for (name, rows, cols, norm) in &specs {
         let v_down = name.contains("attn_v") || name.contains("ffn_down");
-        let ty = match (*norm, s.v_down_ty) {
+        // Norms and the MoE router stay f32, as in llama.cpp's files.
+        let ty = match (*norm || name.contains("ffn_gate_inp"), s.v_down_ty) {
             (true, _) => GgmlType::F32,
             (false, Some(t)) if v_down => t,
             _ => s.ty,
@@ -184,6 +217,8 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
         weights.insert(name.clone(), deq.iter().map(|&v| v as f64).collect());
         let dims: Vec<u64> = if *rows == 1 {
             vec![*cols as u64]
+        } else if let (true, Some((n, _, _))) = (name.contains("_exps"), s.experts) {
+            vec![*cols as u64, (*rows / n) as u64, n as u64]
         } else {
             vec![*cols as u64, *rows as u64]
         };
@@ -234,6 +269,19 @@ fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool) {
     }
 }
 
+/// `down · (silu(gate · h) ⊙ (up · h))`; the widths follow from the slices.
+fn swiglu(gate: &[f64], up: &[f64], down: &[f64], h: &[f64]) -> Vec<f64> {
+    let ff = gate.len() / h.len();
+    let gate = matvec(gate, h, ff);
+    let up = matvec(up, h, ff);
+    let act: Vec<f64> = gate
+        .iter()
+        .zip(&up)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    matvec(down, &act, down.len() / ff)
+}
+
 fn f16_round(x: &mut [f64]) {
     for v in x {
         *v = f16::from_f64(*v).to_f64();
@@ -242,7 +290,7 @@ fn f16_round(x: &mut [f64]) {
 
 /// Logits of every position of `tokens`.
 fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Vec<f64>> {
-    let qwen = s.arch == "qwen3";
+    let qwen = s.arch.starts_with("qwen3");
     let hd = s.head_dim;
     let g = |n: &str| &w[n];
     let mut xs: Vec<Vec<f64>> = tokens
@@ -292,14 +340,31 @@ fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Ve
             let o = matvec(g(&b("attn_output")), &att, s.n_embd);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             let h = rms_norm(x, g(&b("ffn_norm")));
-            let gate = matvec(g(&b("ffn_gate")), &h, s.n_ff);
-            let up = matvec(g(&b("ffn_up")), &h, s.n_ff);
-            let act: Vec<f64> = gate
-                .iter()
-                .zip(&up)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            let d = matvec(g(&b("ffn_down")), &act, s.n_embd);
+            let d = match s.experts {
+                None => swiglu(g(&b("ffn_gate")), g(&b("ffn_up")), g(&b("ffn_down")), &h),
+                Some((n, used, ff)) => {
+                    // Softmax over the router's logits, the `used` largest, rescaled to sum 1.
+                    let logits = matvec(g(&b("ffn_gate_inp")), &h, n);
+                    let mut order: Vec<usize> = (0..n).collect();
+                    order.sort_by(|&i, &j| logits[j].total_cmp(&logits[i]));
+                    let chosen = &order[..used];
+                    let z: f64 = chosen.iter().map(|&e| logits[e].exp()).sum();
+                    let mut out = vec![0.0; s.n_embd];
+                    for &e in chosen {
+                        let part = |name: &str, len: usize| &g(&b(name))[e * len..(e + 1) * len];
+                        let y = swiglu(
+                            part("ffn_gate_exps", ff * s.n_embd),
+                            part("ffn_up_exps", ff * s.n_embd),
+                            part("ffn_down_exps", s.n_embd * ff),
+                            &h,
+                        );
+                        for (o, v) in out.iter_mut().zip(y) {
+                            *o += logits[e].exp() / z * v;
+                        }
+                    }
+                    out
+                }
+            };
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
     }
@@ -390,6 +455,11 @@ fn qwen3_f32_matches_f64_reference() {
 }
 
 #[test]
+fn qwen3moe_f32_matches_f64_reference() {
+    check_against_reference(QWEN3MOE, 1e-3, 1e-8);
+}
+
+#[test]
 fn llama_f16_matches_f64_reference() {
     check_against_reference(
         Synth {
@@ -430,6 +500,14 @@ fn quantized_weights_match_f64_reference_within_activation_quantization() {
         6e-2,
         1e-3,
     );
+    check_against_reference(
+        Synth {
+            ty: GgmlType::Q8_0,
+            ..QWEN3MOE
+        },
+        6e-2,
+        1e-3,
+    );
 }
 
 /// Prefilling a prefix and decoding the rest one token at a time must give the logits that one
@@ -446,6 +524,11 @@ fn prefill_then_decode_equals_full_prefill() {
         Synth {
             ty: GgmlType::Q8_0,
             ..QWEN3
+        },
+        QWEN3MOE,
+        Synth {
+            ty: GgmlType::Q4_0,
+            ..QWEN3MOE
         },
     ] {
         let (file, _) = build(&s);

@@ -3,6 +3,7 @@
 //! f32 loops, threaded with rayon where the work is large enough to pay for it.
 
 mod attention;
+pub mod moe;
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use half::f16;
 use half::vec::HalfBitsVecExt;
 use rayon::prelude::*;
 
-use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
+use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape};
 use crate::gguf::{GgmlType, GgufFile, TensorInfo};
 use crate::numerics::Numerics;
 use crate::quant::{self, QMatrix};
@@ -408,6 +409,23 @@ impl Backend for Cpu {
                 .for_each(f);
         }
         Ok(out)
+    }
+
+    fn moe_route(&self, logits: &CpuTensor, moe: &Moe) -> Result<CpuTensor> {
+        moe::route(logits, moe)
+    }
+
+    fn moe_swiglu_add(
+        &self,
+        x: &mut CpuTensor,
+        h: &CpuTensor,
+        route: &CpuTensor,
+        gate: &CpuWeight,
+        up: &CpuWeight,
+        down: &CpuWeight,
+        m: &Moe,
+    ) -> Result<()> {
+        moe::swiglu_add(self, x, h, route, gate, up, down, m)
     }
 
     fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use super::{Attention, Backend, KvSpec, Rope, Shape};
+use super::{Attention, Backend, KvSpec, Moe, Rope, Shape};
 use crate::gguf::GgufFile;
 
 /// What a lockstep run found.
@@ -215,6 +215,31 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
             self.reference.swiglu(&g.0, &u.0)?,
             self.candidate.swiglu(&g.1, &u.1)?,
         )
+    }
+    fn moe_route(&self, logits: &Self::Tensor, moe: &Moe) -> Result<Self::Tensor> {
+        self.check(
+            "moe_route",
+            "moe_route",
+            self.reference.moe_route(&logits.0, moe)?,
+            self.candidate.moe_route(&logits.1, moe)?,
+        )
+    }
+    fn moe_swiglu_add(
+        &self,
+        x: &mut Self::Tensor,
+        h: &Self::Tensor,
+        route: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        down: &Self::Weight,
+        moe: &Moe,
+    ) -> Result<()> {
+        let (g, u, d) = (gate, up, down);
+        self.reference
+            .moe_swiglu_add(&mut x.0, &h.0, &route.0, &g.0, &u.0, &d.0, moe)?;
+        self.candidate
+            .moe_swiglu_add(&mut x.1, &h.1, &route.1, &g.1, &u.1, &d.1, moe)?;
+        self.resync(&format!("moe_swiglu_add {}", g.2), "moe_swiglu_add", x)
     }
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()> {
         self.reference.add_assign(&mut x.0, &y.0)?;

@@ -9,9 +9,10 @@
 //! contiguous column ranges of a row (`head h` = cols `h*head_dim .. (h+1)*head_dim`), the layout
 //! the GGUF q/k/v projections produce, so no op needs a reshape.
 //!
-//! Growing the interface: mixture-of-experts adds a router op (top-k of the gate logits, kept on
-//! the device) and `moe_matmul(x, experts, ids, weights)` over a 3-D expert `Weight`; MLA adds its
-//! own cache layout (compressed latent + rope key) and an `mla_attention` op. Both arrive as new
+//! Mixture-of-experts layers use two more ops: [`Backend::moe_route`] (top-k of the router's
+//! softmax, kept on the device as an ordinary tensor) and [`Backend::moe_swiglu_add`] over 3-D
+//! expert weights (`[n_expert·rows, cols]`: expert `e` owns rows `e·rows ..`). MLA will add its
+//! own cache layout (compressed latent + rope key) and an `mla_attention` op the same way: new
 //! trait methods used by new executors; nothing here changes shape.
 
 pub mod cpu;
@@ -20,7 +21,7 @@ pub mod lockstep;
 
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::gguf::GgufFile;
 
@@ -67,6 +68,16 @@ pub struct KvSpec {
     pub max_seq: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+}
+
+/// A mixture-of-experts feed-forward: which experts a token uses and how their outputs mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moe {
+    pub n_expert: usize,
+    /// Experts per token: the `n_used` largest router probabilities.
+    pub n_used: usize,
+    /// Rescale the chosen probabilities to sum to 1 (Qwen3-MoE's `norm_topk_prob`).
+    pub norm_weights: bool,
 }
 
 /// A compute device, as the model executors see it.
@@ -185,6 +196,34 @@ pub trait Backend {
             }
         };
         self.attention(cache, layer, &q, &k, v, pos, attn)
+    }
+
+    /// Mixture-of-experts routing of each row of the router logits `[n, n_expert]`: softmax,
+    /// then the `n_used` largest probabilities (the lower index first on ties), rescaled to sum
+    /// to 1 with `norm_weights`. Returns `[n, 2·n_used]`: per row the chosen experts' indices
+    /// (integers, exact in f32) in descending probability, then their weights in the same
+    /// order. It stays on the device, so a recorded decode step can replay it.
+    fn moe_route(&self, logits: &Self::Tensor, moe: &Moe) -> Result<Self::Tensor> {
+        let _ = (logits, moe);
+        bail!("the {} backend has no mixture-of-experts ops", self.name())
+    }
+    /// `x += Σ_j w_j · down_{e_j}(silu(gate_{e_j}(h)) ⊙ up_{e_j}(h))` over each row's experts
+    /// `e_j` and weights `w_j` from [`moe_route`](Self::moe_route), added in route order. `gate`
+    /// and `up` are `[n_expert·n_ff, n_embd]` and `down` `[n_expert·n_embd, n_ff]`, expert `e`
+    /// owning rows `e·n_ff ..` (`e·n_embd ..`): GGUF's `ffn_*_exps` tensors.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_swiglu_add(
+        &self,
+        x: &mut Self::Tensor,
+        h: &Self::Tensor,
+        route: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        down: &Self::Weight,
+        moe: &Moe,
+    ) -> Result<()> {
+        let _ = (x, h, route, gate, up, down, moe);
+        bail!("the {} backend has no mixture-of-experts ops", self.name())
     }
 
     /// `x += a · wᵀ` (a projection into the residual stream); a backend may fuse the add.

@@ -1,12 +1,12 @@
 //! Pieces every decoder-only architecture shares: weight loading by GGUF name, the q/k/v/o
 //! attention projections, the SwiGLU feed-forward, the embedding/output head, and the pre-norm
-//! [`Decoder`] that llama and qwen3 both are (qwen3 adds QK-norm).
+//! [`Decoder`] that llama and qwen3 both are (qwen3 adds QK-norm; qwen3moe routed experts).
 
 use std::sync::Arc;
 
 use anyhow::{Result, ensure};
 
-use super::{Config, Logits, Model};
+use super::{Config, Experts, Logits, Model};
 use crate::backend::{Backend, Shape};
 use crate::gguf::GgufFile;
 
@@ -109,6 +109,60 @@ impl<B: Backend> SwiGlu<B> {
     }
 }
 
+/// A mixture-of-experts SwiGLU feed-forward: the router picks `n_used` of `n_expert` expert
+/// feed-forwards per token and mixes their outputs by its weights.
+pub struct MoeSwiGlu<B: Backend> {
+    /// `ffn_gate_inp`: `[n_expert, n_embd]`, one logit per expert.
+    pub router: B::Weight,
+    /// `ffn_{gate,up,down}_exps`: every expert's matrix stacked along the rows.
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
+    pub experts: Experts,
+}
+
+impl<B: Backend> MoeSwiGlu<B> {
+    pub fn load(l: &Loader<B>, layer: usize, c: &Config, experts: Experts) -> Result<Self> {
+        let (n, ff) = (experts.moe.n_expert, experts.n_ff);
+        Ok(MoeSwiGlu {
+            router: l.blk(layer, "ffn_gate_inp", n, c.n_embd)?,
+            gate: l.blk(layer, "ffn_gate_exps", n * ff, c.n_embd)?,
+            up: l.blk(layer, "ffn_up_exps", n * ff, c.n_embd)?,
+            down: l.blk(layer, "ffn_down_exps", n * c.n_embd, ff)?,
+            experts,
+        })
+    }
+
+    /// `x += Σ_j w_j · expert_j(h)` over the experts the router picks for each row of `h`.
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
+        let moe = &self.experts.moe;
+        let route = b.moe_route(&b.matmul(h, &self.router)?, moe)?;
+        b.moe_swiglu_add(x, h, &route, &self.gate, &self.up, &self.down, moe)
+    }
+}
+
+/// A block's feed-forward: one SwiGLU, or routed experts.
+pub enum FeedForward<B: Backend> {
+    Dense(SwiGlu<B>),
+    Experts(MoeSwiGlu<B>),
+}
+
+impl<B: Backend> FeedForward<B> {
+    pub fn load(l: &Loader<B>, layer: usize, c: &Config) -> Result<Self> {
+        Ok(match c.experts {
+            Some(e) => FeedForward::Experts(MoeSwiGlu::load(l, layer, c, e)?),
+            None => FeedForward::Dense(SwiGlu::load(l, layer, c)?),
+        })
+    }
+
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
+        match self {
+            FeedForward::Dense(f) => f.forward_add(b, x, h),
+            FeedForward::Experts(f) => f.forward_add(b, x, h),
+        }
+    }
+}
+
 /// Token embedding in, final norm and vocabulary projection out.
 pub struct Head<B: Backend> {
     pub embd: B::Weight,
@@ -163,7 +217,7 @@ pub struct DecoderBlock<B: Backend> {
     /// `attn_q_norm`, `attn_k_norm` (each `head_dim` long).
     pub qk_norm: Option<(B::Weight, B::Weight)>,
     pub ffn_norm: B::Weight,
-    pub ffn: SwiGlu<B>,
+    pub ffn: FeedForward<B>,
 }
 
 impl<B: Backend> DecoderBlock<B> {
@@ -181,7 +235,7 @@ impl<B: Backend> DecoderBlock<B> {
             attn: SelfAttn::load(l, i, c)?,
             qk_norm,
             ffn_norm: l.blk(i, "ffn_norm", 1, c.n_embd)?,
-            ffn: SwiGlu::load(l, i, c)?,
+            ffn: FeedForward::load(l, i, c)?,
         })
     }
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::backend::{Attention, Backend, KvSpec, Rope, RopeStyle};
+use crate::backend::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle};
 use crate::gguf::GgufFile;
 
 /// Architectures [`load`] accepts (GGUF `general.architecture`).
-pub const SUPPORTED: &[&str] = &["llama", "qwen3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen3", "qwen3moe"];
 
 /// Hyper-parameters of a decoder-only transformer, read from `{arch}.*` metadata.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +30,16 @@ pub struct Config {
     pub n_ctx_train: usize,
     pub rms_eps: f32,
     pub rope: Rope,
+    /// The feed-forward's experts, for mixture-of-experts models (`{arch}.expert_count` > 0).
+    pub experts: Option<Experts>,
+}
+
+/// The routed experts of a mixture-of-experts feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub moe: Moe,
+    /// Hidden width of one expert (`{arch}.expert_feed_forward_length`).
+    pub n_ff: usize,
 }
 
 impl Config {
@@ -63,9 +73,35 @@ impl Config {
             .tensor("token_embd.weight")
             .context("model has no tensor token_embd.weight")?;
         let n_vocab = embd.dims.get(1).copied().unwrap_or(0) as usize;
+        let experts = match u("expert_count") {
+            Ok(n_expert) if n_expert > 0 => {
+                let n_used = u("expert_used_count")?;
+                ensure!(
+                    (1..=n_expert).contains(&n_used),
+                    "{}: {n_used} experts used of {n_expert}",
+                    key("expert_used_count")
+                );
+                Some(Experts {
+                    moe: Moe {
+                        n_expert,
+                        n_used,
+                        norm_weights: file
+                            .get_bool(&key("expert_weights_norm"))
+                            .unwrap_or_else(|_| norms_expert_weights(&arch)),
+                    },
+                    n_ff: u("expert_feed_forward_length")?,
+                })
+            }
+            _ => None,
+        };
         Ok(Config {
             n_layer: u("block_count")?,
-            n_ff: u("feed_forward_length")?,
+            // A mixture-of-experts model need not have a dense feed-forward width.
+            n_ff: match experts {
+                Some(_) => u("feed_forward_length").unwrap_or(0),
+                None => u("feed_forward_length")?,
+            },
+            experts,
             n_ctx_train: u("context_length")?,
             rms_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             rope: Rope {
@@ -104,6 +140,13 @@ impl Config {
     }
 }
 
+/// Whether `arch` rescales its chosen experts' weights to sum to 1 when the file does not say
+/// (`expert_weights_norm`): llama.cpp fixes it per architecture, as Qwen3-MoE's
+/// `norm_topk_prob` does.
+fn norms_expert_weights(arch: &str) -> bool {
+    arch == "qwen3moe"
+}
+
 /// Which positions' logits a forward pass returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
@@ -137,7 +180,7 @@ pub fn load<B: Backend + 'static>(
     let arch = file.get_str("general.architecture")?;
     Ok(match arch {
         "llama" => Box::new(llama::load(b, file, progress)?),
-        "qwen3" => Box::new(qwen3::load(b, file, progress)?),
+        "qwen3" | "qwen3moe" => Box::new(qwen3::load(b, file, progress)?),
         other => bail!(
             "unsupported architecture {other:?} (kiln runs: {})",
             SUPPORTED.join(", ")

@@ -1,4 +1,5 @@
-//! Qwen3 (dense): the llama block plus QK-norm (a per-head RMSNorm of queries and keys before
+//! Qwen3, dense and mixture-of-experts (`qwen3moe`, whose feed-forwards are routed experts,
+//! [`super::blocks::MoeSwiGlu`]): the llama block plus QK-norm (a per-head RMSNorm of queries and keys before
 //! RoPE, `attn_q_norm`/`attn_k_norm`), with NeoX (half-split) RoPE. `head_dim` comes from
 //! `qwen3.attention.key_length` and need not equal `n_embd / n_head`.
 
