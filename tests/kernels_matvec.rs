@@ -81,64 +81,11 @@ fn qcase(fmt: BlockFormat) -> impl Strategy<Value = QCase> {
     )
 }
 
-/// Quantize `x` (`n × cols`) with the kernel and check every block against the Q8_1
-/// definition (llama.cpp's, which the CPU backend shares): with d = amax/127 in f32, codes
-/// q = round(x/d) (half away from zero), stored d' = f16(d) and s' = f16(d·Σq). Returns the
-/// device buffers and the downloaded `xq`, `xds`.
-fn quantize(
-    dev: &mut dyn Device,
-    x: &[f32],
-    cols: usize,
-    n: usize,
-) -> Result<(common::Buf, common::Buf, Vec<i8>, Vec<f32>), TestCaseError> {
-    let nb = cols / QK;
-    let xb = upload(dev, x);
-    // -128 never comes out of the quantizer (|x/d| <= 127): it marks bytes never written.
-    let xq_b = poisoned::<i8>(dev, n * cols, 0x80);
-    let xds_b = poisoned::<f32>(dev, n * nb * 2, 0xff);
-    let dims = dev.shapes().quantize_q8_1(cols as u32, n as u32);
-    dev.launch(
-        names::kiln_quantize_q8_1,
-        dims,
-        &[xb.arg(), xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)],
-    );
-    let (xq, xds) = (download::<i8>(dev, &xq_b), download::<f32>(dev, &xds_b));
-    check_written(dev, "quantize_q8_1 scales", &xds)?;
-    let label = dev.label();
-    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
-    for blk in 0..n * nb {
-        let xs = &x[blk * QK..][..QK];
-        let qs = &xq[blk * QK..][..QK];
-        let (d_stored, s_stored) = (xds[2 * blk], xds[2 * blk + 1]);
-        let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-        prop_assert!(
-            d_stored == f16(d),
-            "{label}: block {blk}: d = {d_stored}, want f16({d}) = {}",
-            f16(d)
-        );
-        for (i, (&q, &v)) in qs.iter().zip(xs).enumerate() {
-            let ideal = if d == 0.0 { 0.0 } else { v as f64 / d as f64 };
-            // The kernel multiplies by an f32 reciprocal: a tie may go either way by an ulp.
-            prop_assert!(
-                q != -128 && (q as f64 - ideal).abs() <= 0.5 + 1e-4,
-                "{label}: block {blk} elem {i}: q = {q}, x/d = {ideal}"
-            );
-        }
-        let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        let want_s = f16(d * sum as f32);
-        prop_assert!(
-            s_stored == want_s,
-            "{label}: block {blk}: s = {s_stored}, want f16(d·Σq) = {want_s}"
-        );
-    }
-    Ok((xq_b, xds_b, xq, xds))
-}
-
 fn matvec_quantized(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
-    let (xq_b, xds_b, xq, xds) = quantize(dev, &x, cols, n)?;
+    let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
 
     let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
     let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
@@ -345,7 +292,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     let (cols, n) = (c.blocks as usize * QK, c.n as usize);
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
-    let (xq_b, xds_b, xq, xds) = quantize(dev, &x, cols, n)?;
+    let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
     let mut args = Vec::new();
     let mut mats = Vec::new();
     for &rows in &c.rows {

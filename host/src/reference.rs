@@ -420,3 +420,25 @@ pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
     }
     (num / den).sqrt()
 }
+
+/// Mixture-of-experts routing of one row of router logits: the `k` largest logits in
+/// descending order (the lower index first on ties) and their softmax probabilities over all
+/// the logits, rescaled to sum to 1 with `norm`.
+pub fn moe_route(logits: &[f32], k: usize, norm: bool) -> (Vec<usize>, Vec<f64>) {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    let max = logits
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+    let z: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    let mut w: Vec<f64> = order
+        .iter()
+        .map(|&e| (logits[e] as f64 - max).exp() / z)
+        .collect();
+    if norm {
+        let chosen: f64 = w.iter().sum();
+        w.iter_mut().for_each(|p| *p /= chosen);
+    }
+    (order, w)
+}

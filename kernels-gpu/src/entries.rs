@@ -7,7 +7,7 @@
 //! each row becomes a name constant in [`names`], which the CUDA runtime uses to look entries up:
 //! the names and the entries come from the same row, so they cannot drift apart.
 #[allow(unused_imports)]
-use crate::kernels::{attention, elementwise as ew, flash, formats, matvec, mma, norm};
+use crate::kernels::{attention, elementwise as ew, flash, formats, matvec, mma, moe, norm};
 
 /// A kernel argument as a launch passes it: a device address or a scalar, by value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -191,6 +191,20 @@ kernel_table! {
     kiln_mma_deep_q6k = mma::mma_split <DeepK> [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_deep_q5k = mma::mma_split <DeepK> [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_deep_q4k = mma::mma_split <DeepK> [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_moe_swiglu_q4_0 = moe::moe_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_q4_1 = moe::moe_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_q8_0 = moe::moe_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_q6k = moe::moe_swiglu_split [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_q5k = moe::moe_swiglu_split [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_q4k = moe::moe_swiglu_split [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q4_0 = moe::moe_down_add_split [formats::Q4_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q4_1 = moe::moe_down_add_split [formats::Q4_1] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q8_0 = moe::moe_down_add_split [formats::Q8_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q6k = moe::moe_down_add_split [formats::Q6K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q5k = moe::moe_down_add_split [formats::Q5K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_add_q4k = moe::moe_down_add_split [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_matvec_f32 = moe::matvec_f32 [] (w: *const f32, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_moe_route = moe::moe_route [] (logits: *const f32, route: *mut f32, n_expert: u32, k: u32, norm: u32, n: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
@@ -280,5 +294,21 @@ pub mod families {
         names::kiln_matvec3_wide_q6k,
         names::kiln_matvec3_wide_q5k,
         names::kiln_matvec3_wide_q4k,
+    ];
+    pub const MOE_SWIGLU: FormatEntries = [
+        names::kiln_moe_swiglu_q4_0,
+        names::kiln_moe_swiglu_q4_1,
+        names::kiln_moe_swiglu_q8_0,
+        names::kiln_moe_swiglu_q6k,
+        names::kiln_moe_swiglu_q5k,
+        names::kiln_moe_swiglu_q4k,
+    ];
+    pub const MOE_DOWN_ADD: FormatEntries = [
+        names::kiln_moe_down_add_q4_0,
+        names::kiln_moe_down_add_q4_1,
+        names::kiln_moe_down_add_q8_0,
+        names::kiln_moe_down_add_q6k,
+        names::kiln_moe_down_add_q5k,
+        names::kiln_moe_down_add_q4k,
     ];
 }

@@ -7,6 +7,8 @@
 //! kernels read the step's position and token ids from a small device buffer, so one recording
 //! serves every position. A norm feeding a quantized mat-vec also emits the Q8_1 activations
 //! the mat-vec reads, and the q/k/v and gate/up projections run as one launch each.
+mod moe;
+
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -23,7 +25,7 @@ use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 use kernels_gpu::quant::reblock::{self, ReblockError};
 
-use super::{Attention, Backend, KvSpec, Rope, RopeStyle, Shape};
+use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape};
 use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
 use crate::gguf::{GgmlType, GgufFile};
 
@@ -942,10 +944,21 @@ impl Backend for Cuda {
                 sh.matvec(w.rows as u32, n),
                 &[wd.arg(), x.arg(), out.arg(), rows, cols],
             )?,
-            Storage::F32(_) => bail!(
-                "tensor {}: f32 weight matrices are not supported by the CUDA backend",
-                w.name
-            ),
+            // The MoE router: a few rows, kept at f32 as the files store it.
+            Storage::F32(wd) => {
+                ensure!(
+                    w.cols.is_multiple_of(4),
+                    "tensor {}: f32 rows of {} are not a multiple of 4",
+                    w.name,
+                    w.cols
+                );
+                let k = names::kiln_matvec_f32;
+                let dims = self
+                    .gpu
+                    .one_wave(k, sh.matvec_multi(&[w.rows as u32], n, self.gpu.sm_count()));
+                self.gpu
+                    .launch(k, dims, &[wd.arg(), x.arg(), out.arg(), rows, cols])?;
+            }
         }
         Ok(out)
     }
@@ -1371,6 +1384,23 @@ impl Backend for Cuda {
             )
         })?;
         Ok(out)
+    }
+
+    fn moe_route(&self, logits: &CudaTensor, m: &Moe) -> Result<CudaTensor> {
+        moe::route(self, logits, m)
+    }
+
+    fn moe_swiglu_add(
+        &self,
+        x: &mut CudaTensor,
+        h: &CudaTensor,
+        route: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        down: &CudaWeight,
+        m: &Moe,
+    ) -> Result<()> {
+        moe::swiglu_add(self, x, h, route, gate, up, down, m)
     }
 
     fn step(

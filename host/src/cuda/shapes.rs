@@ -42,6 +42,8 @@ pub trait LaunchShapes: Send + Sync {
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
     fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
+    /// One warp per row (`moe_route`).
+    fn per_warp(&self, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
     fn attention_chunks(
@@ -127,6 +129,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn per_row(&self, rows: u32) -> Dims {
         launch::per_row::<P>(rows)
+    }
+    fn per_warp(&self, rows: u32) -> Dims {
+        launch::per_warp::<P>(rows)
     }
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)

@@ -102,6 +102,16 @@ pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     }
 }
 
+/// One warp per row (`moe_route`), `ROW_THREADS / 32` rows per block.
+pub const fn per_warp<P: TargetPolicy>(rows: u32) -> Dims {
+    Dims {
+        grid_x: div_ceil(rows, P::ROW_THREADS / WARP),
+        grid_y: 1,
+        block: P::ROW_THREADS,
+        shared_bytes: 0,
+    }
+}
+
 /// One block per row (RMSNorm, softmax): needs one f64 of scratch per warp (the norms sum in f64).
 pub const fn per_row<P: TargetPolicy>(rows: u32) -> Dims {
     Dims {

@@ -239,11 +239,11 @@ fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
 /// One weight row a warp reduces: row `row` of the split-layout matrix (`qs`, `scales`);
 /// `live == false` marks a padding row past the matrix (loads and dots skipped).
 #[derive(Clone, Copy)]
-struct WeightRow {
-    qs: *const u32,
-    scales: *const u8,
-    row: usize,
-    live: bool,
+pub(crate) struct WeightRow {
+    pub qs: *const u32,
+    pub scales: *const u8,
+    pub row: usize,
+    pub live: bool,
 }
 
 /// The full dot products (every lane gets them) of the activation row `x` = (`xq`, `xds`) with
@@ -300,7 +300,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
 
 /// [`warp_dots`] with the policy's blocks in flight (a const generic, hence the match).
 #[inline(always)]
-unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
+pub(crate) unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
     w: &[WeightRow; R],
     x: (*const u32, *const f32),
     nb: usize,
@@ -472,33 +472,44 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
-    let mut group = block_idx() as usize;
     for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
-        let at = (group + g * grid_dim() as usize) * warps;
+        let at = (block_idx() as usize + g * grid_dim() as usize) * warps;
         prefetch_rows::<P, F>(gate_qs, gate_scales, at, warps, rows, nb);
         prefetch_rows::<P, F>(up_qs, up_scales, at, warps, rows, nb);
     }
     pdl_wait::<P>();
+    let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
+    unsafe { swiglu_rows::<P, F>(gate, up, x, y.add(t * rows), 0, rows, nb) }
+}
+
+/// `y[r] = silu(x·G[first + r]) · (x·U[first + r])` for `r < rows`: one row per warp, blocks
+/// striding over groups of `MATVEC_WARPS` rows. `first` selects one expert's rows of stacked
+/// expert matrices (`kernels::moe`); the dense SwiGLU passes 0.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
+    gate: (*const u32, *const u8),
+    up: (*const u32, *const u8),
+    x: (*const u32, *const f32),
+    y: *mut f32,
+    first: usize,
+    rows: usize,
+    nb: usize,
+) {
+    let warps = P::MATVEC_WARPS as usize;
+    let mut group = block_idx() as usize;
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
-        let w = [
-            WeightRow {
-                qs: gate_qs,
-                scales: gate_scales,
-                row,
-                live,
-            },
-            WeightRow {
-                qs: up_qs,
-                scales: up_scales,
-                row,
-                live,
-            },
-        ];
+        let w = [gate, up].map(|(qs, scales)| WeightRow {
+            qs,
+            scales,
+            row: first + row,
+            live,
+        });
         let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
         if lane() == 0 && live {
-            unsafe { *y.add(t * rows + row) = silu(g) * u };
+            unsafe { *y.add(row) = silu(g) * u };
         }
         group += grid_dim() as usize;
     }

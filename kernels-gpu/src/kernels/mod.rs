@@ -11,4 +11,5 @@ pub mod formats;
 pub mod launch;
 pub mod matvec;
 pub mod mma;
+pub mod moe;
 pub mod norm;

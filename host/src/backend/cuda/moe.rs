@@ -1,0 +1,164 @@
+//! Mixture-of-experts on the CUDA backend: the route and both expert mat-vecs read each other
+//! through device memory, so a decode step with experts records into one graph like a dense one.
+//!
+//! Prefill runs the same mat-vecs with one block row per (token, slot): each token re-reads its
+//! experts' weights, which is correct at any length but not yet the grouped GEMM a long prompt
+//! wants.
+
+use anyhow::{Result, bail, ensure};
+use kernels_gpu::entries::families::{MOE_DOWN_ADD, MOE_SWIGLU};
+use kernels_gpu::entries::names;
+use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
+
+use super::{Cuda, CudaTensor, CudaWeight, Storage, by_format, split_parts, to_u32, u32_arg};
+use crate::backend::Moe;
+use crate::cuda::Arg;
+
+pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaTensor> {
+    ensure!(
+        moe.n_used >= 1 && moe.n_used <= moe.n_expert,
+        "mixture of experts: {} experts used of {}",
+        moe.n_used,
+        moe.n_expert
+    );
+    ensure!(
+        moe.n_expert <= MOE_MAX_EXPERTS as usize,
+        "mixture of experts: {} experts, the CUDA router ranks at most {MOE_MAX_EXPERTS}",
+        moe.n_expert
+    );
+    ensure!(
+        logits.cols == moe.n_expert,
+        "moe_route: router logits have {} columns for {} experts",
+        logits.cols,
+        moe.n_expert
+    );
+    let out = cuda.tensor(logits.rows, 2 * moe.n_used)?;
+    let n = to_u32(logits.rows, "tokens")?;
+    cuda.gpu.launch(
+        names::kiln_moe_route,
+        cuda.gpu.shapes().per_warp(n),
+        &[
+            logits.arg(),
+            out.arg(),
+            u32_arg(moe.n_expert, "experts")?,
+            u32_arg(moe.n_used, "experts used")?,
+            Arg::U32(u32::from(moe.norm_weights)),
+            Arg::U32(n),
+        ],
+    )?;
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn swiglu_add(
+    cuda: &Cuda,
+    x: &mut CudaTensor,
+    h: &CudaTensor,
+    route: &CudaTensor,
+    gate: &CudaWeight,
+    up: &CudaWeight,
+    down: &CudaWeight,
+    moe: &Moe,
+) -> Result<()> {
+    ensure!(
+        !cuda.f32_activations,
+        "mixture-of-experts layers on CUDA need the default 8-bit activations (drop --f32-activations, or use --device cpu)"
+    );
+    let Some((ty, gu)) = split_parts(&[gate, up]) else {
+        bail!(
+            "tensors {} and {}: CUDA experts need one quantized block format for both (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+            gate.name,
+            up.name
+        );
+    };
+    let Storage::Split {
+        ty: down_ty,
+        qs: dq,
+        scales: ds,
+    } = &down.storage
+    else {
+        bail!(
+            "tensor {}: CUDA experts need a quantized block format",
+            down.name
+        );
+    };
+    let (n, k, n_embd) = (h.rows, moe.n_used, x.cols);
+    ensure!(
+        route.rows == n && route.cols == 2 * k && x.rows == n,
+        "moe: {n} tokens, a {}x{} route for {k} experts each, a {}-row residual",
+        route.rows,
+        route.cols,
+        x.rows
+    );
+    ensure!(
+        gate.rows == up.rows
+            && gate.rows.is_multiple_of(moe.n_expert)
+            && gate.cols == h.cols
+            && up.cols == h.cols,
+        "moe: {} and {} are not {} experts over {}-wide activations",
+        gate.name,
+        up.name,
+        moe.n_expert,
+        h.cols
+    );
+    let n_ff = gate.rows / moe.n_expert;
+    ensure!(
+        down.cols == n_ff && down.rows == n_embd * moe.n_expert && n_ff.is_multiple_of(32),
+        "moe: {} is {}x{}, expected {}x{n_ff} (whole 32-blocks)",
+        down.name,
+        down.rows,
+        down.cols,
+        n_embd * moe.n_expert
+    );
+    let (sh, sms) = (cuda.gpu.shapes(), cuda.gpu.sm_count());
+    let (rows_ff, rows_embd) = (to_u32(n_ff, "expert width")?, to_u32(n_embd, "width")?);
+    let slots = to_u32(n * k, "token slots")?;
+    let k_arg = u32_arg(k, "experts used")?;
+    let act = cuda.tensor(n * k, n_ff)?;
+    let ((gq, gs), (uq, us)) = (gu[0], gu[1]);
+    let kernel = by_format(ty, MOE_SWIGLU);
+    let dims = cuda
+        .gpu
+        .one_wave(kernel, sh.matvec_multi(&[rows_ff], slots, sms));
+    cuda.with_q8(h, |xq, xds| {
+        cuda.gpu.launch(
+            kernel,
+            dims,
+            &[
+                gq.arg(),
+                gs.arg(),
+                uq.arg(),
+                us.arg(),
+                xq,
+                xds,
+                route.arg(),
+                act.arg(),
+                Arg::U32(rows_ff),
+                u32_arg(h.cols, "cols")?,
+                k_arg,
+            ],
+        )
+    })?;
+    x.q8 = None;
+    let kernel = by_format(*down_ty, MOE_DOWN_ADD);
+    let dims = cuda
+        .gpu
+        .one_wave(kernel, sh.matvec_multi(&[rows_embd], n as u32, sms));
+    cuda.with_q8(&act, |aq, ads| {
+        cuda.gpu.launch(
+            kernel,
+            dims,
+            &[
+                dq.arg(),
+                ds.arg(),
+                aq,
+                ads,
+                route.arg(),
+                x.arg(),
+                Arg::U32(rows_embd),
+                Arg::U32(rows_ff),
+                k_arg,
+            ],
+        )
+    })
+}

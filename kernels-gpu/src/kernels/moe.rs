@@ -1,0 +1,207 @@
+//! Mixture-of-experts: the router's f32 mat-vec, top-k routing, and the experts' SwiGLU
+//! feed-forward as two mat-vecs that find their expert's rows through the route.
+//!
+//! The route stays in device memory (`n × 2k` f32: k expert indices, then k weights), so the
+//! whole layer is fixed launches over fixed buffers and a recorded decode step replays it. An
+//! expert `e` of a stacked `[n_expert·rows, cols]` matrix is rows `e·rows ..`: the mat-vecs
+//! only offset the row they read, the split layout is the dense one.
+use crate::device::*;
+use crate::kernels::formats::{QK, SplitFormat};
+use crate::kernels::matvec::{WeightRow, swiglu_rows, warp_dots_in_flight};
+use policies::TargetPolicy;
+
+/// Most experts [`moe_route`] ranks (each lane holds `MOE_MAX_EXPERTS / 32` logits).
+pub const MOE_MAX_EXPERTS: u32 = 256;
+
+/// `y` (`n × rows`) = `x` (`n × cols`) · Wᵀ with W f32 (the router: one row per expert).
+/// One row per warp, blocks striding over groups of `MATVEC_WARPS` rows; `cols % 4 == 0`.
+/// Launch: [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over
+/// ⌈rows / MATVEC_WARPS⌉.
+pub unsafe fn matvec_f32<P: TargetPolicy>(
+    w: *const f32,
+    x: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
+    let (t, rows, cols) = (block_idx_y() as usize, rows as usize, cols as usize);
+    let x_row = unsafe { x.add(t * cols) } as *const u32;
+    let warps = P::MATVEC_WARPS as usize;
+    let mut group = block_idx() as usize;
+    while group * warps < rows {
+        let row = group * warps + warp_id() as usize;
+        let mut acc = 0f32;
+        let mut c = lane() as usize * 4;
+        while row < rows && c < cols {
+            let wv = unsafe { ld_nc_v4(w.add(row * cols + c) as *const u32) };
+            let xv = unsafe { ld_nc_v4(x_row.add(c)) };
+            unroll::<4>(|i| acc += f32::from_bits(wv[i]) * f32::from_bits(xv[i]));
+            c += 4 * WARP as usize;
+        }
+        let s = warp_sum(acc);
+        if lane() == 0 && row < rows {
+            unsafe { *y.add(t * rows + row) = s };
+        }
+        group += grid_dim() as usize;
+    }
+}
+
+/// Routes each of `n` rows of router logits (`n × n_expert`, `n_expert ≤ MOE_MAX_EXPERTS`)
+/// into `route` (`n × 2k`): the `k` experts with the largest logits in descending order (the
+/// lower index first on ties) as f32 indices, then their softmax probabilities, rescaled to sum
+/// to 1 when `norm != 0`. One warp per row. Launch:
+/// [`launch::per_warp`](crate::kernels::launch::per_warp) over `n`.
+pub unsafe fn moe_route<P: TargetPolicy>(
+    logits: *const f32,
+    route: *mut f32,
+    n_expert: u32,
+    k: u32,
+    norm: u32,
+    n: u32,
+) {
+    const PER_LANE: usize = (MOE_MAX_EXPERTS / WARP) as usize;
+    let t = block_idx() * (block_dim() / WARP) + warp_id();
+    if t >= n {
+        return; // warp-uniform: the whole warp leaves together
+    }
+    let row = unsafe { logits.add((t * n_expert) as usize) };
+    let expert = |i: usize| lane() + (i as u32) * WARP;
+    let mut v = [f32::NEG_INFINITY; PER_LANE];
+    unroll::<PER_LANE>(|i| {
+        if expert(i) < n_expert {
+            v[i] = unsafe { *row.add(expert(i) as usize) };
+        }
+    });
+    let max = warp_max(v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)));
+    let mut s = 0f32;
+    unroll::<PER_LANE>(|i| {
+        if expert(i) < n_expert {
+            s += exp(v[i] - max);
+        }
+    });
+    let sum = warp_sum(s);
+    let out = unsafe { route.add((t * 2 * k) as usize) };
+    let (mut taken, mut chosen) = (0u32, 0f32);
+    for j in 0..k as usize {
+        // This lane's best untaken expert (ascending index, so `>` keeps the lower on ties),
+        // then the warp's: larger logit, or the lower index on a tie.
+        let mut best = (f32::NEG_INFINITY, u32::MAX);
+        unroll::<PER_LANE>(|i| {
+            let e = expert(i);
+            if e < n_expert && taken & (1 << i) == 0 && (best.1 == u32::MAX || v[i] > best.0) {
+                best = (v[i], e);
+            }
+        });
+        for m in [16, 8, 4, 2, 1] {
+            let other = (shfl_xor(best.0, m), shfl_xor_u32(best.1, m));
+            let better = other.1 != u32::MAX
+                && (best.1 == u32::MAX
+                    || other.0 > best.0
+                    || (other.0 == best.0 && other.1 < best.1));
+            if better {
+                best = other;
+            }
+        }
+        if best.1 % WARP == lane() {
+            taken |= 1 << (best.1 / WARP);
+        }
+        let p = exp(best.0 - max) / sum;
+        chosen += p;
+        if lane() == 0 {
+            unsafe { (*out.add(j), *out.add(k as usize + j)) = (best.1 as f32, p) };
+        }
+    }
+    if norm != 0 && lane() == 0 {
+        for j in 0..k as usize {
+            unsafe { *out.add(k as usize + j) /= chosen };
+        }
+    }
+}
+
+/// The expert index in slot `j` of token `t`'s route.
+#[inline(always)]
+unsafe fn routed_expert(route: *const f32, k: usize, t: usize, j: usize) -> usize {
+    unsafe { *route.add(t * 2 * k + j) as usize }
+}
+
+/// Gate, up and SwiGLU of each token's routed experts: block row `y = t·k + j` computes
+/// `act[y] = silu(x[t]·G_eᵀ) ⊙ (x[t]·U_eᵀ)` (`rows` wide) for expert `e` in slot `j` of token
+/// `t`'s route. `x` is Q8_1 ([`quantize_q8_1`](super::matvec::quantize_q8_1)); `G`, `U` are
+/// stacked `[n_expert·rows, cols]`. Launch:
+/// [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows /
+/// MATVEC_WARPS⌉ and `n·k` rows.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
+    gate_qs: *const u32,
+    gate_scales: *const u8,
+    up_qs: *const u32,
+    up_scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    route: *const f32,
+    act: *mut f32,
+    rows: u32,
+    cols: u32,
+    k: u32,
+) {
+    let (nb, slot, k) = (
+        (cols / QK as u32) as usize,
+        block_idx_y() as usize,
+        k as usize,
+    );
+    let (t, rows) = (slot / k, rows as usize);
+    let e = unsafe { routed_expert(route, k, t, slot % k) };
+    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
+    unsafe { swiglu_rows::<P, F>(gate, up, x, act.add(slot * rows), e * rows, rows, nb) }
+}
+
+/// The experts' down projections, mixed into the residual stream: for token `t` (block row)
+/// `x[t] += Σ_j w_j · (act[t·k + j] · D_{e_j}ᵀ)`, slots summed in route order, then added
+/// (the bits the CPU backend's order gives). `act` is Q8_1 (`n·k × cols`), `D` stacked
+/// `[n_expert·rows, cols]`. One row per warp for all `k` slots. Launch:
+/// [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows /
+/// MATVEC_WARPS⌉ and `n` rows.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    aq: *const u32,
+    ads: *const f32,
+    route: *const f32,
+    x: *mut f32,
+    rows: u32,
+    cols: u32,
+    k: u32,
+) {
+    let (nb, t, k) = (
+        (cols / QK as u32) as usize,
+        block_idx_y() as usize,
+        k as usize,
+    );
+    let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
+    let mut group = block_idx() as usize;
+    while group * warps < rows {
+        let row = group * warps + warp_id() as usize;
+        let live = row < rows;
+        let mut sum = 0f32;
+        for j in 0..k {
+            let (e, weight) =
+                unsafe { (routed_expert(route, k, t, j), *route.add(t * 2 * k + k + j)) };
+            let a = t * k + j;
+            let w = [WeightRow {
+                qs,
+                scales,
+                row: e * rows + row,
+                live,
+            }];
+            let a_row = unsafe { (aq.add(a * nb * 8), ads.add(a * nb * 2)) };
+            let [d] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, a_row, nb) };
+            sum += weight * d;
+        }
+        if lane() == 0 && live {
+            unsafe { *x.add(t * rows + row) += sum };
+        }
+        group += grid_dim() as usize;
+    }
+}

@@ -1,0 +1,321 @@
+//! Properties of `kernels/moe.rs`: the router's f32 mat-vec, top-k routing, and the experts'
+//! SwiGLU and down projections, which find each slot's expert through the route in device
+//! memory. The mat-vecs are checked on the exact Q8_1 activations the kernels read (only float
+//! rounding separates them from float64, ~1e-5); the route's indices exactly.
+mod common;
+
+use common::data::{Gen, seed};
+use common::reference::{self as r, BlockFormat, QK};
+use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use kernels_gpu::entries::families;
+use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct RouteCase {
+    n: u32,
+    n_expert: u32,
+    k: u32,
+    norm: bool,
+    /// Copy some logits onto others: exact ties, which the lower index must win.
+    ties: bool,
+    seed: u64,
+}
+
+fn route_case() -> impl Strategy<Value = RouteCase> {
+    let experts = prop_oneof![
+        prop::sample::select(vec![1u32, 8, 31, 32, 33, 64, 128, 160, MOE_MAX_EXPERTS]),
+        1..=MOE_MAX_EXPERTS
+    ];
+    (
+        1..=9u32,
+        experts,
+        1..=10u32,
+        any::<bool>(),
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(|(n, n_expert, k, norm, ties, seed)| RouteCase {
+            n,
+            n_expert,
+            k: k.min(n_expert),
+            norm,
+            ties,
+            seed,
+        })
+}
+
+fn moe_route(dev: &mut dyn Device, c: &RouteCase) -> Result<(), TestCaseError> {
+    let (n, e, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let mut g = Gen::new(c.seed);
+    let scale = g.magnitude(-1.0, 1.0);
+    let mut logits = g.normals(n * e, scale);
+    if c.ties {
+        for _ in 0..e / 2 + 1 {
+            let (a, b) = (g.below(n * e), g.below(e));
+            logits[a] = logits[a - a % e + b];
+        }
+    }
+    let l_b = upload(dev, &logits);
+    let out_b = poisoned::<f32>(dev, n * 2 * k, 0xff);
+    let dims = dev.shapes().per_warp(c.n);
+    let args = [
+        l_b.arg(),
+        out_b.arg(),
+        Arg::U32(c.n_expert),
+        Arg::U32(c.k),
+        Arg::U32(u32::from(c.norm)),
+        Arg::U32(c.n),
+    ];
+    dev.launch(names::kiln_moe_route, dims, &args);
+    let out = download::<f32>(dev, &out_b);
+    check_written(dev, "moe_route output", &out)?;
+    let label = dev.label();
+    for (t, row) in out.chunks_exact(2 * k).enumerate() {
+        let (ids, w) = r::moe_route(&logits[t * e..(t + 1) * e], k, c.norm);
+        let got: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        prop_assert_eq!(&row[..k], &got[..], "{}: token {} experts", label, t);
+        let err = row[k..].iter().zip(&w).fold(0f64, |m, (&a, &b)| {
+            m.max((a as f64 - b).abs() / b.max(1e-6))
+        });
+        check_err(dev, &format!("moe_route weights of token {t}"), err, 1e-5)?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+struct RouterCase {
+    rows: u32,
+    cols: u32,
+    n: u32,
+    seed: u64,
+}
+
+fn router_case() -> impl Strategy<Value = RouterCase> {
+    let cols = prop_oneof![Just(4u32), (1..=40u32).prop_map(|c| 4 * c), Just(2048)];
+    (1..=40u32, cols, 1..=3u32, seed()).prop_map(|(rows, cols, n, seed)| RouterCase {
+        rows,
+        cols,
+        n,
+        seed,
+    })
+}
+
+/// `matvec_f32` against float64: only f32 rounding, bounded by the sum of |w·x|.
+fn matvec_f32(dev: &mut dyn Device, c: &RouterCase) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (c.rows as usize, c.cols as usize, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let (w, x) = (g.normals(rows * cols, 0.1), g.normals(n * cols, 1.0));
+    let (w_b, x_b) = (upload(dev, &w), upload(dev, &x));
+    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let dims = dev.shapes().matvec_multi(&[c.rows], c.n, u32::MAX / 64);
+    let args = [
+        w_b.arg(),
+        x_b.arg(),
+        y_b.arg(),
+        Arg::U32(c.rows),
+        Arg::U32(c.cols),
+    ];
+    dev.launch(names::kiln_matvec_f32, dims, &args);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "matvec_f32 output", &y)?;
+    let (wd, xd) = (r::widen(&w), r::widen(&x));
+    let abs = |v: &[f64]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+    let want = r::matvec(&wd, &xd, rows, cols, n);
+    let mag = r::matvec(&abs(&wd), &abs(&xd), rows, cols, n);
+    check_err(
+        dev,
+        "matvec_f32",
+        r::err_vs_magnitude(&y, &want, &mag),
+        1e-6,
+    )
+}
+
+#[derive(Clone, Debug)]
+struct FfnCase {
+    fmt: BlockFormat,
+    n: u32,
+    n_expert: u32,
+    k: u32,
+    /// 32-blocks of the input width and of the expert width.
+    blocks: u32,
+    ff_blocks: u32,
+    /// Output rows of the down projection (the model width).
+    rows: u32,
+    /// Launch at most this many blocks along x: the kernels must stride over the rest.
+    wave: Option<u32>,
+    seed: u64,
+}
+
+fn ffn_case(fmt: BlockFormat) -> impl Strategy<Value = FfnCase> {
+    // K-quant rows come in 256-column super-blocks: one each, and fewer tokens and slots,
+    // keep the host executor quick (its warp shuffles are thread barriers).
+    let gr = fmt.group() as u32;
+    let (max_blocks, max_ff, max_n, max_k): (u32, u32, u32, u32) =
+        if gr > 1 { (1, 1, 1, 2) } else { (3, 2, 3, 3) };
+    // Mostly capped launches: the host executor runs a thread per GPU thread.
+    let wave = prop_oneof![1 => Just(None), 3 => (1..=4u32).prop_map(Some)];
+    (
+        1..=max_n,
+        1..=5u32,
+        1..=max_k,
+        1..=max_blocks,
+        1..=max_ff,
+        prop_oneof![1..=12u32, Just(32u32), Just(33u32)],
+        wave,
+        seed(),
+    )
+        .prop_map(
+            move |(n, n_expert, k, blocks, ff_blocks, rows, wave, seed)| FfnCase {
+                fmt,
+                n,
+                n_expert,
+                k: k.min(n_expert),
+                blocks: blocks * gr,
+                ff_blocks: ff_blocks * gr,
+                rows,
+                wave,
+                seed,
+            },
+        )
+}
+
+/// A launch of `rows` one-row-per-warp groups over `n` block rows, capped at `wave` blocks
+/// along x.
+fn groups(dev: &dyn Device, rows: usize, n: usize, wave: Option<u32>) -> common::Dims {
+    let all = dev
+        .shapes()
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    common::Dims {
+        grid_x: all.grid_x.min(wave.unwrap_or(u32::MAX)),
+        ..all
+    }
+}
+
+/// Stacked expert weights: GGUF blocks, their split planes on the device.
+fn experts(
+    dev: &mut dyn Device,
+    g: &mut Gen,
+    fmt: BlockFormat,
+    rows: usize,
+    cols: usize,
+) -> (Vec<u8>, common::Buf, common::Buf) {
+    let gguf = g.gguf_blocks(fmt, rows * cols / QK);
+    let (qs, sc) = common::split_planes(fmt, &gguf, rows, cols);
+    (gguf, upload(dev, &qs), upload(dev, &sc))
+}
+
+/// `moe_swiglu_split` and `moe_down_add_split` over a random route (distinct experts per
+/// token, random weights), each against its float64 definition on the exact Q8_1 activations
+/// its kernel read.
+fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let (cols, ff, rows) = (
+        c.blocks as usize * QK,
+        c.ff_blocks as usize * QK,
+        c.rows as usize,
+    );
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
+    let mut route = Vec::with_capacity(n * 2 * k);
+    let mut slots = Vec::new();
+    for _ in 0..n {
+        let mut ids: Vec<usize> = (0..ne).collect();
+        for i in 0..k {
+            ids.swap(i, i + g.below(ne - i));
+        }
+        let w: Vec<f32> = (0..k).map(|_| g.uniform(0.05, 1.0)).collect();
+        route.extend(ids[..k].iter().map(|&e| e as f32));
+        route.extend(&w);
+        slots.extend(ids[..k].iter().copied().zip(w));
+    }
+    let route_b = upload(dev, &route);
+    let (gate, gq_b, gs_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
+    let (up, uq_b, us_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
+    let act_b = poisoned::<f32>(dev, n * k * ff, 0xff);
+    let args = [
+        gq_b.arg(),
+        gs_b.arg(),
+        uq_b.arg(),
+        us_b.arg(),
+        xq_b.arg(),
+        xds_b.arg(),
+        route_b.arg(),
+        act_b.arg(),
+        Arg::U32(ff as u32),
+        Arg::U32(cols as u32),
+        Arg::U32(k as u32),
+    ];
+    let entry = families::MOE_SWIGLU[c.fmt as usize];
+    dev.launch(entry, groups(dev, ff, n * k, c.wave), &args);
+    let act = download::<f32>(dev, &act_b);
+    check_written(dev, "moe_swiglu output", &act)?;
+    // Every expert's rows for every token, then each slot's expert picked out.
+    let g_all = r::matvec_q8_1(c.fmt, &gate, ne * ff, cols, &xq, &xds);
+    let u_all = r::matvec_q8_1(c.fmt, &up, ne * ff, cols, &xq, &xds);
+    let (mut err, mut scale) = (0f64, 1e-30f64);
+    for (s, &(e, _)) in slots.iter().enumerate() {
+        let t = s / k;
+        for i in 0..ff {
+            let at = t * ne * ff + e * ff + i;
+            let (gv, uv) = (g_all[at], u_all[at]);
+            err += (act[s * ff + i] as f64 - gv / (1.0 + (-gv).exp()) * uv).abs();
+            scale += (gv * uv).abs();
+        }
+    }
+    check_err(dev, "moe_swiglu", err / scale, 2e-5)?;
+
+    // Fresh activations of model-like size for the down projection: products of the random
+    // test weights reach ~1e6, where a Q8_1 block's f16 d·Σq overflows (as it would in any
+    // engine that stores it in f16).
+    let a = g.activations(n * k, ff);
+    let (aq_b, ads_b, aq, ads) = common::quantize_q8_1(dev, &a, ff, n * k)?;
+    let (down, dq_b, ds_b) = experts(dev, &mut g, c.fmt, ne * rows, ff);
+    let x0 = g.normals(n * rows, 1.0);
+    let res_b = upload(dev, &x0);
+    let args = [
+        dq_b.arg(),
+        ds_b.arg(),
+        aq_b.arg(),
+        ads_b.arg(),
+        route_b.arg(),
+        res_b.arg(),
+        Arg::U32(rows as u32),
+        Arg::U32(ff as u32),
+        Arg::U32(k as u32),
+    ];
+    let entry = families::MOE_DOWN_ADD[c.fmt as usize];
+    dev.launch(entry, groups(dev, rows, n, c.wave), &args);
+    let got = download::<f32>(dev, &res_b);
+    check_written(dev, "moe_down_add output", &got)?;
+    let d_all = r::matvec_q8_1(c.fmt, &down, ne * rows, ff, &aq, &ads);
+    let d_abs = r::matvec_q8_1_abs(c.fmt, &down, ne * rows, ff, &aq, &ads);
+    let mut want = r::widen(&x0);
+    let mut mag: Vec<f64> = want.iter().map(|v| v.abs()).collect();
+    for (s, &(e, w)) in slots.iter().enumerate() {
+        let t = s / k;
+        for i in 0..rows {
+            let at = s * ne * rows + e * rows + i;
+            want[t * rows + i] += w as f64 * d_all[at];
+            mag[t * rows + i] += (w as f64 * d_abs[at]).abs();
+        }
+    }
+    check_err(
+        dev,
+        "moe_down_add",
+        r::err_vs_magnitude(&got, &want, &mag),
+        1e-5,
+    )
+}
+
+kernel_properties! {
+    host_moe_route, gpu_moe_route: route_case() => moe_route;
+    host_matvec_f32, gpu_matvec_f32: router_case() => matvec_f32;
+    host_moe_ffn_q4_0, gpu_moe_ffn_q4_0: ffn_case(BlockFormat::Q4_0) => moe_ffn;
+    host_moe_ffn_q4_1, gpu_moe_ffn_q4_1: ffn_case(BlockFormat::Q4_1) => moe_ffn;
+    host_moe_ffn_q8_0, gpu_moe_ffn_q8_0: ffn_case(BlockFormat::Q8_0) => moe_ffn;
+    host_moe_ffn_q6k, gpu_moe_ffn_q6k: ffn_case(BlockFormat::Q6K) => moe_ffn;
+    host_moe_ffn_q5k, gpu_moe_ffn_q5k: ffn_case(BlockFormat::Q5K) => moe_ffn;
+    host_moe_ffn_q4k, gpu_moe_ffn_q4k: ffn_case(BlockFormat::Q4K) => moe_ffn;
+}
