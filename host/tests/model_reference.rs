@@ -844,6 +844,81 @@ fn cuda_backend_ops_match_cpu_backend_in_lockstep() {
     assert!(report.ops > 100, "only {} ops compared", report.ops);
 }
 
+/// Mixture of experts on the CUDA backend (host grid) against the CPU backend: op by op in
+/// lockstep for decode steps (route indices exactly, weights and the mixed expert outputs to
+/// float rounding), then free-running, decode steps and one prefill, end to end.
+#[test]
+fn moe_on_cuda_host_grid_matches_cpu_backend() {
+    use kiln_host::backend::cuda::Cuda;
+    use kiln_host::backend::lockstep::Lockstep;
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        let s = Synth { ty, ..QWEN3MOE };
+        let (file, _) = build(&s);
+        let cuda = Cuda::host::<policies::Hopper>().with_attention_mma(false);
+        let lock = Lockstep::new(Cpu::new(), cuda, 1e-5);
+        let _ = decode_steps(&lock, &file, &TOKENS);
+        let report = lock.report();
+        assert!(
+            report.mismatches.is_empty(),
+            "{ty:?}: ops that differ: {:#?}",
+            report.mismatches
+        );
+        for op in ["moe_route", "moe_swiglu_add"] {
+            assert!(
+                report.worst.iter().any(|(k, _)| k == op),
+                "{ty:?}: no {op} compared: {:?}",
+                report.worst
+            );
+        }
+
+        let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
+        let cuda = Cuda::host::<policies::Hopper>();
+        let gpu = decode_steps(&cuda, &file, &TOKENS);
+        let rels = per_position_rel(&cpu, &gpu);
+        eprintln!(
+            "{ty:?} MoE decode: worst position rel err {:.2e}",
+            rels.iter().fold(0f64, |m, &r| m.max(r))
+        );
+        for (pos, rel) in rels.into_iter().enumerate() {
+            // head_dim 32: the f32 attention kernel, so float rounding only (measured ~1e-7).
+            assert!(
+                rel < 1e-4,
+                "{ty:?} decode position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}"
+            );
+        }
+        // Prefill: the dense projections take the f16 tensor-core GEMM, the experts the Q8_1
+        // mat-vecs; against the CPU backend with f32 activations (measured ~6e-3).
+        let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
+        let got = prefill_all(&cuda, &file, &TOKENS);
+        let rels = per_position_rel(&want, &got);
+        eprintln!(
+            "{ty:?} MoE prefill: worst position rel err {:.2e}",
+            rels.iter().fold(0f64, |m, &r| m.max(r))
+        );
+        for (pos, rel) in rels.into_iter().enumerate() {
+            assert!(
+                rel < 1e-2,
+                "{ty:?} prefill position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}"
+            );
+        }
+    }
+}
+
+/// Logits of every position of `tokens`, from one forward pass on `b`.
+fn prefill_all<B: Backend + 'static>(b: &B, file: &Arc<GgufFile>, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let model = models::load(b, file, &mut |_, _| {}).unwrap();
+    let mut cache = b.kv_cache(&model.config().kv_spec(32)).unwrap();
+    let logits = model
+        .forward(b, &mut cache, tokens, 0, Logits::All)
+        .unwrap();
+    let n = model.config().n_vocab;
+    b.read(&logits)
+        .unwrap()
+        .chunks(n)
+        .map(|r| r.to_vec())
+        .collect()
+}
+
 /// Prefill in lockstep: all of `TOKENS` in one forward pass, so the CUDA backend's quantized
 /// matmuls take the tensor-core GEMM (`kernels/mma.rs`) instead of the mat-vec. The GEMM
 /// multiplies f16-rounded weights and activations (no 8-bit activations), so the reference is
