@@ -470,6 +470,15 @@ fn info(path: &Path) -> Result<()> {
     writeln!(o, "layers:         {}", u("block_count"))?;
     writeln!(o, "embedding:      {}", u("embedding_length"))?;
     writeln!(o, "feed-forward:   {}", u("feed_forward_length"))?;
+    if f.get_u32(&format!("{arch}.expert_count")).is_ok() {
+        writeln!(
+            o,
+            "experts:        {} ({} per token, width {})",
+            u("expert_count"),
+            u("expert_used_count"),
+            u("expert_feed_forward_length")
+        )?;
+    }
     writeln!(
         o,
         "heads:          {} (kv {})",
