@@ -144,6 +144,9 @@ struct FfnCase {
     rows: u32,
     /// Launch at most this many blocks along x: the kernels must stride over the rest.
     wave: Option<u32>,
+    /// The prefill path: slots sorted by expert (`moe_sort`), the expert-sorted mat-vecs, then
+    /// `moe_mix`; else the slot-major decode kernels.
+    sorted: bool,
     seed: u64,
 }
 
@@ -162,11 +165,11 @@ fn ffn_case(fmt: BlockFormat) -> impl Strategy<Value = FfnCase> {
         1..=max_blocks,
         1..=max_ff,
         prop_oneof![1..=12u32, Just(32u32), Just(33u32)],
-        wave,
+        (wave, any::<bool>()),
         seed(),
     )
         .prop_map(
-            move |(n, n_expert, k, blocks, ff_blocks, rows, wave, seed)| FfnCase {
+            move |(n, n_expert, k, blocks, ff_blocks, rows, (wave, sorted), seed)| FfnCase {
                 fmt,
                 n,
                 n_expert,
@@ -175,6 +178,7 @@ fn ffn_case(fmt: BlockFormat) -> impl Strategy<Value = FfnCase> {
                 ff_blocks: ff_blocks * gr,
                 rows,
                 wave,
+                sorted,
                 seed,
             },
         )
@@ -205,7 +209,37 @@ fn experts(
     (gguf, upload(dev, &qs), upload(dev, &sc))
 }
 
-/// `moe_swiglu_split` and `moe_down_add_split` over a random route (distinct experts per
+/// `moe_sort` on the device: checks `order` (each expert's slots ascending, experts in turn)
+/// against a stable sort of `slots` by expert, and returns its buffer.
+fn sort_slots(
+    dev: &mut dyn Device,
+    route_b: &common::Buf,
+    slots: &[(usize, f32)],
+    k: usize,
+    n_expert: usize,
+) -> Result<common::Buf, TestCaseError> {
+    let n_slots = slots.len();
+    let order_b = poisoned::<u32>(dev, n_slots, 0xff);
+    let args = [
+        route_b.arg(),
+        order_b.arg(),
+        Arg::U32(n_slots as u32),
+        Arg::U32(k as u32),
+        Arg::U32(n_expert as u32),
+    ];
+    dev.launch(
+        names::kiln_moe_sort,
+        dev.shapes().moe_sort(n_expert as u32),
+        &args,
+    );
+    let got = download::<u32>(dev, &order_b);
+    let mut want: Vec<u32> = (0..n_slots as u32).collect();
+    want.sort_by_key(|&s| slots[s as usize].0);
+    prop_assert_eq!(got, want, "{}: moe_sort order", dev.label());
+    Ok(order_b)
+}
+
+/// `moe_swiglu_split` and `moe_down_add_split` (or, `sorted`, their prefill forms) over a random route (distinct experts per
 /// token, random weights), each against its float64 definition on the exact Q8_1 activations
 /// its kernel read.
 fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
@@ -234,7 +268,11 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     let (gate, gq_b, gs_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
     let (up, uq_b, us_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
     let act_b = poisoned::<f32>(dev, n * k * ff, 0xff);
-    let args = [
+    let order_b = match c.sorted {
+        true => Some(sort_slots(dev, &route_b, &slots, k, ne)?),
+        false => None,
+    };
+    let mut args = vec![
         gq_b.arg(),
         gs_b.arg(),
         uq_b.arg(),
@@ -242,13 +280,25 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
         xq_b.arg(),
         xds_b.arg(),
         route_b.arg(),
-        act_b.arg(),
-        Arg::U32(ff as u32),
-        Arg::U32(cols as u32),
-        Arg::U32(k as u32),
     ];
-    let entry = families::MOE_SWIGLU[c.fmt as usize];
-    dev.launch(entry, groups(dev, ff, n * k, c.wave), &args);
+    match order_b {
+        Some(order) => {
+            args.extend([order.arg(), act_b.arg()]);
+            args.extend([
+                Arg::U32(ff as u32),
+                Arg::U32(cols as u32),
+                Arg::U32(k as u32),
+            ]);
+            let dims = dev.shapes().moe_sorted((n * k) as u32, ff as u32);
+            dev.launch(families::MOE_SWIGLU_SORTED[c.fmt as usize], dims, &args);
+        }
+        None => {
+            args.extend([act_b.arg(), Arg::U32(ff as u32), Arg::U32(cols as u32)]);
+            args.push(Arg::U32(k as u32));
+            let entry = families::MOE_SWIGLU[c.fmt as usize];
+            dev.launch(entry, groups(dev, ff, n * k, c.wave), &args);
+        }
+    }
     let act = download::<f32>(dev, &act_b);
     check_written(dev, "moe_swiglu output", &act)?;
     // Every expert's rows for every token, then each slot's expert picked out.
@@ -274,19 +324,47 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     let (down, dq_b, ds_b) = experts(dev, &mut g, c.fmt, ne * rows, ff);
     let x0 = g.normals(n * rows, 1.0);
     let res_b = upload(dev, &x0);
-    let args = [
+    let (dims_u32, k_arg) = (
+        [Arg::U32(rows as u32), Arg::U32(ff as u32)],
+        Arg::U32(k as u32),
+    );
+    let mut args = vec![
         dq_b.arg(),
         ds_b.arg(),
         aq_b.arg(),
         ads_b.arg(),
         route_b.arg(),
-        res_b.arg(),
-        Arg::U32(rows as u32),
-        Arg::U32(ff as u32),
-        Arg::U32(k as u32),
     ];
-    let entry = families::MOE_DOWN_ADD[c.fmt as usize];
-    dev.launch(entry, groups(dev, rows, n, c.wave), &args);
+    match order_b {
+        Some(order) => {
+            // Per-slot outputs, then their mix into the residual.
+            let y_b = poisoned::<f32>(dev, n * k * rows, 0xff);
+            args.extend([order.arg(), y_b.arg()]);
+            args.extend(dims_u32);
+            args.push(k_arg);
+            let dims = dev.shapes().moe_sorted((n * k) as u32, rows as u32);
+            dev.launch(families::MOE_DOWN_SORTED[c.fmt as usize], dims, &args);
+            let y = download::<f32>(dev, &y_b);
+            check_written(dev, "moe_down_sorted output", &y)?;
+            let len = (n * rows) as u32;
+            let margs = [
+                y_b.arg(),
+                route_b.arg(),
+                res_b.arg(),
+                dims_u32[0],
+                k_arg,
+                Arg::U32(len),
+            ];
+            dev.launch(names::kiln_moe_mix, dev.shapes().flat(len), &margs);
+        }
+        None => {
+            args.push(res_b.arg());
+            args.extend(dims_u32);
+            args.push(k_arg);
+            let entry = families::MOE_DOWN_ADD[c.fmt as usize];
+            dev.launch(entry, groups(dev, rows, n, c.wave), &args);
+        }
+    }
     let got = download::<f32>(dev, &res_b);
     check_written(dev, "moe_down_add output", &got)?;
     let d_all = r::matvec_q8_1(c.fmt, &down, ne * rows, ff, &aq, &ads);

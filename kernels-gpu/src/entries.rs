@@ -205,6 +205,20 @@ kernel_table! {
     kiln_moe_down_add_q4k = moe::moe_down_add_split [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_matvec_f32 = moe::matvec_f32 [] (w: *const f32, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_moe_route = moe::moe_route [] (logits: *const f32, route: *mut f32, n_expert: u32, k: u32, norm: u32, n: u32);
+    kiln_moe_swiglu_sorted_q4_0 = moe::moe_swiglu_sorted [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_sorted_q4_1 = moe::moe_swiglu_sorted [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_sorted_q8_0 = moe::moe_swiglu_sorted [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_sorted_q6k = moe::moe_swiglu_sorted [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_sorted_q5k = moe::moe_swiglu_sorted [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_swiglu_sorted_q4k = moe::moe_swiglu_sorted [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q4_0 = moe::moe_down_sorted [formats::Q4_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q4_1 = moe::moe_down_sorted [formats::Q4_1] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q8_0 = moe::moe_down_sorted [formats::Q8_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q6k = moe::moe_down_sorted [formats::Q6K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q5k = moe::moe_down_sorted [formats::Q5K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_down_sorted_q4k = moe::moe_down_sorted [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
+    kiln_moe_sort = moe::moe_sort [] (route: *const f32, order: *mut u32, n_slots: u32, k: u32, n_expert: u32);
+    kiln_moe_mix = moe::moe_mix [] (y: *const f32, route: *const f32, x: *mut f32, cols: u32, k: u32, len: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
@@ -310,5 +324,21 @@ pub mod families {
         names::kiln_moe_down_add_q6k,
         names::kiln_moe_down_add_q5k,
         names::kiln_moe_down_add_q4k,
+    ];
+    pub const MOE_SWIGLU_SORTED: FormatEntries = [
+        names::kiln_moe_swiglu_sorted_q4_0,
+        names::kiln_moe_swiglu_sorted_q4_1,
+        names::kiln_moe_swiglu_sorted_q8_0,
+        names::kiln_moe_swiglu_sorted_q6k,
+        names::kiln_moe_swiglu_sorted_q5k,
+        names::kiln_moe_swiglu_sorted_q4k,
+    ];
+    pub const MOE_DOWN_SORTED: FormatEntries = [
+        names::kiln_moe_down_sorted_q4_0,
+        names::kiln_moe_down_sorted_q4_1,
+        names::kiln_moe_down_sorted_q8_0,
+        names::kiln_moe_down_sorted_q6k,
+        names::kiln_moe_down_sorted_q5k,
+        names::kiln_moe_down_sorted_q4k,
     ];
 }

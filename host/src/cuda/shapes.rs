@@ -44,6 +44,10 @@ pub trait LaunchShapes: Send + Sync {
     fn per_row(&self, rows: u32) -> Dims;
     /// One warp per row (`moe_route`).
     fn per_warp(&self, rows: u32) -> Dims;
+    /// The route's slots sorted by expert (`moe_sort`).
+    fn moe_sort(&self, n_expert: u32) -> Dims;
+    /// Expert-sorted mat-vecs over `slots` slots of `rows` outputs.
+    fn moe_sorted(&self, slots: u32, rows: u32) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
     fn attention_chunks(
@@ -132,6 +136,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn per_warp(&self, rows: u32) -> Dims {
         launch::per_warp::<P>(rows)
+    }
+    fn moe_sort(&self, n_expert: u32) -> Dims {
+        launch::moe_sort::<P>(n_expert)
+    }
+    fn moe_sorted(&self, slots: u32, rows: u32) -> Dims {
+        launch::moe_sorted::<P>(slots, rows)
     }
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)

@@ -102,6 +102,27 @@ pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     }
 }
 
+/// `moe_sort`: one block, a `u32` of shared memory per expert.
+pub const fn moe_sort<P: TargetPolicy>(n_expert: u32) -> Dims {
+    Dims {
+        grid_x: 1,
+        grid_y: 1,
+        block: P::ROW_THREADS,
+        shared_bytes: 4 * n_expert,
+    }
+}
+
+/// The expert-sorted mat-vecs (`moe_swiglu_sorted`, `moe_down_sorted`): one block per sorted
+/// slot along x, per group of `MATVEC_WARPS` rows along y (one row per warp).
+pub const fn moe_sorted<P: TargetPolicy>(slots: u32, rows: u32) -> Dims {
+    Dims {
+        grid_x: slots,
+        grid_y: div_ceil(rows, P::MATVEC_WARPS),
+        block: P::MATVEC_WARPS * WARP,
+        shared_bytes: 0,
+    }
+}
+
 /// One warp per row (`moe_route`), `ROW_THREADS / 32` rows per block.
 pub const fn per_warp<P: TargetPolicy>(rows: u32) -> Dims {
     Dims {

@@ -205,3 +205,161 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
         group += grid_dim() as usize;
     }
 }
+
+// --- Prefill: slots sorted by expert ------------------------------------------------------
+//
+// With many tokens, the slot-major mat-vecs above read each slot's expert rows on their own.
+// Sorted by expert, the blocks that run together belong to consecutive slots of one expert and
+// read the same weight rows, which then come from L2 instead of memory: the grid's x is the
+// sorted slot, y the row group.
+
+/// Sorts the `n_slots = n·k` route slots by expert: `order` gets the slot indices (`t·k + j`)
+/// of expert 0 in ascending order, then expert 1's, and so on. One block; thread `i` counts
+/// and places experts `i, i + block_dim, ..`; `n_expert ≤ MOE_MAX_EXPERTS`. Launch:
+/// [`launch::moe_sort`](crate::kernels::launch::moe_sort).
+pub unsafe fn moe_sort<P: TargetPolicy>(
+    route: *const f32,
+    order: *mut u32,
+    n_slots: u32,
+    k: u32,
+    n_expert: u32,
+) {
+    let start: *mut u32 = shared_mem();
+    let expert_of = |s: u32| unsafe { *route.add((s / k * 2 * k + s % k) as usize) as u32 };
+    let mut e = thread_idx();
+    while e < n_expert {
+        let count = (0..n_slots).filter(|&s| expert_of(s) == e).count() as u32;
+        unsafe { *start.add(e as usize) = count };
+        e += block_dim();
+    }
+    sync_threads();
+    if thread_idx() == 0 {
+        let mut at = 0;
+        for e in 0..n_expert as usize {
+            let count = unsafe { *start.add(e) };
+            unsafe { *start.add(e) = at };
+            at += count;
+        }
+    }
+    sync_threads();
+    let mut e = thread_idx();
+    while e < n_expert {
+        let mut at = unsafe { *start.add(e as usize) };
+        for s in 0..n_slots {
+            if expert_of(s) == e {
+                unsafe { *order.add(at as usize) = s };
+                at += 1;
+            }
+        }
+        e += block_dim();
+    }
+}
+
+/// What block (x, y) of an expert-sorted launch computes: for slot `order[x]` (token `t`,
+/// expert `e`) and row `r = y·MATVEC_WARPS + warp`, the dots of the slot's activation row
+/// (`act_row(slot, t)`, Q8_1 with `nb` blocks) with row `r` of expert `e` of each stacked
+/// matrix in `mats`. Returns the slot, `r`, and whether `r < rows`; every lane must call.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sorted_dots<P: TargetPolicy, F: SplitFormat, const R: usize>(
+    mats: [(*const u32, *const u8); R],
+    route: *const f32,
+    order: *const u32,
+    k: usize,
+    rows: usize,
+    nb: usize,
+    act_row: impl Fn(usize, usize) -> (*const u32, *const f32),
+) -> (usize, usize, bool, [f32; R]) {
+    let slot = unsafe { *order.add(block_idx() as usize) } as usize;
+    let t = slot / k;
+    let e = unsafe { routed_expert(route, k, t, slot % k) };
+    let row = (block_idx_y() * P::MATVEC_WARPS + warp_id()) as usize;
+    let live = row < rows;
+    let w = mats.map(|(qs, scales)| WeightRow {
+        qs,
+        scales,
+        row: e * rows + row,
+        live,
+    });
+    let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, act_row(slot, t), nb) };
+    (slot, row, live, dots)
+}
+
+/// [`moe_swiglu_split`] over slots sorted by [`moe_sort`]: block (x, y) computes rows
+/// `y·MATVEC_WARPS ..` of slot `order[x]`'s `act` row. Launch:
+/// [`launch::moe_sorted`](crate::kernels::launch::moe_sorted) over `n·k` slots and `rows`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn moe_swiglu_sorted<P: TargetPolicy, F: SplitFormat>(
+    gate_qs: *const u32,
+    gate_scales: *const u8,
+    up_qs: *const u32,
+    up_scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    route: *const f32,
+    order: *const u32,
+    act: *mut f32,
+    rows: u32,
+    cols: u32,
+    k: u32,
+) {
+    let (nb, rows) = ((cols / QK as u32) as usize, rows as usize);
+    let mats = [(gate_qs, gate_scales), (up_qs, up_scales)];
+    let x_row = |_, t: usize| unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let (slot, row, live, [g, u]) =
+        unsafe { sorted_dots::<P, F, 2>(mats, route, order, k as usize, rows, nb, x_row) };
+    if lane() == 0 && live {
+        unsafe { *act.add(slot * rows + row) = silu(g) * u };
+    }
+}
+
+/// The experts' down projections over sorted slots, one output row per slot:
+/// `y[slot] = act[slot] · D_eᵀ` (`rows` wide; [`moe_mix`] then weighs and adds them). Launch:
+/// [`launch::moe_sorted`](crate::kernels::launch::moe_sorted) over `n·k` slots and `rows`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn moe_down_sorted<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    aq: *const u32,
+    ads: *const f32,
+    route: *const f32,
+    order: *const u32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+    k: u32,
+) {
+    let (nb, rows) = ((cols / QK as u32) as usize, rows as usize);
+    let a_row = |slot: usize, _| unsafe { (aq.add(slot * nb * 8), ads.add(slot * nb * 2)) };
+    let (slot, row, live, [d]) = unsafe {
+        sorted_dots::<P, F, 1>([(qs, scales)], route, order, k as usize, rows, nb, a_row)
+    };
+    if lane() == 0 && live {
+        unsafe { *y.add(slot * rows + row) = d };
+    }
+}
+
+/// `x[t][c] += Σ_j w_j · y[t·k + j][c]` (`x` is `n × cols`, `y` `n·k × cols`), slots summed in
+/// route order and then added, as [`moe_down_add_split`] does. One thread per element.
+/// Launch: [`launch::flat`](crate::kernels::launch::flat) over `n·cols`.
+pub unsafe fn moe_mix<P: TargetPolicy>(
+    y: *const f32,
+    route: *const f32,
+    x: *mut f32,
+    cols: u32,
+    k: u32,
+    len: u32,
+) {
+    let i = block_idx() * block_dim() + thread_idx();
+    if i >= len {
+        return;
+    }
+    let (t, c, k) = ((i / cols) as usize, (i % cols) as usize, k as usize);
+    let cols = cols as usize;
+    let mut sum = 0f32;
+    for j in 0..k {
+        let w = unsafe { *route.add(t * 2 * k + k + j) };
+        sum += w * unsafe { *y.add((t * k + j) * cols + c) };
+    }
+    unsafe { *x.add(i as usize) += sum };
+}

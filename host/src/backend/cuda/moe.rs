@@ -1,12 +1,15 @@
 //! Mixture-of-experts on the CUDA backend: the route and both expert mat-vecs read each other
 //! through device memory, so a decode step with experts records into one graph like a dense one.
 //!
-//! Prefill runs the same mat-vecs with one block row per (token, slot): each token re-reads its
-//! experts' weights, which is correct at any length but not yet the grouped GEMM a long prompt
-//! wants.
+//! Decode runs the slot-major mat-vecs (`moe_swiglu_split`, `moe_down_add_split`). Several
+//! tokens (prefill) first sort their slots by expert on the device (`moe_sort`), then run the
+//! expert-sorted mat-vecs, whose concurrently running blocks share weight rows through L2, and
+//! mix the slots' outputs into the residual (`moe_mix`). Not yet a grouped tensor-core GEMM.
 
 use anyhow::{Result, bail, ensure};
-use kernels_gpu::entries::families::{MOE_DOWN_ADD, MOE_SWIGLU};
+use kernels_gpu::entries::families::{
+    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_SWIGLU, MOE_SWIGLU_SORTED,
+};
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
 
@@ -116,49 +119,84 @@ pub(super) fn swiglu_add(
     let k_arg = u32_arg(k, "experts used")?;
     let act = cuda.tensor(n * k, n_ff)?;
     let ((gq, gs), (uq, us)) = (gu[0], gu[1]);
-    let kernel = by_format(ty, MOE_SWIGLU);
-    let dims = cuda
-        .gpu
-        .one_wave(kernel, sh.matvec_multi(&[rows_ff], slots, sms));
-    cuda.with_q8(h, |xq, xds| {
-        cuda.gpu.launch(
+    // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer).
+    let order = match n > 1 {
+        true => {
+            let order = cuda.tensor(n * k, 1)?;
+            cuda.gpu.launch(
+                names::kiln_moe_sort,
+                sh.moe_sort(moe.n_expert as u32),
+                &[
+                    route.arg(),
+                    order.arg(),
+                    Arg::U32(slots),
+                    k_arg,
+                    u32_arg(moe.n_expert, "experts")?,
+                ],
+            )?;
+            Some(order)
+        }
+        false => None,
+    };
+    let slot_major = |family, fmt, rows: &[u32], n: usize| {
+        let kernel = by_format(fmt, family);
+        (
             kernel,
-            dims,
-            &[
-                gq.arg(),
-                gs.arg(),
-                uq.arg(),
-                us.arg(),
-                xq,
-                xds,
-                route.arg(),
-                act.arg(),
-                Arg::U32(rows_ff),
-                u32_arg(h.cols, "cols")?,
-                k_arg,
-            ],
+            cuda.gpu
+                .one_wave(kernel, sh.matvec_multi(rows, n as u32, sms)),
         )
+    };
+    let (kernel, dims) = match order {
+        Some(_) => (
+            by_format(ty, MOE_SWIGLU_SORTED),
+            sh.moe_sorted(slots, rows_ff),
+        ),
+        None => slot_major(MOE_SWIGLU, ty, &[rows_ff], n * k),
+    };
+    cuda.with_q8(h, |xq, xds| {
+        let mut args = vec![gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, route.arg()];
+        args.extend(order.as_ref().map(CudaTensor::arg));
+        args.extend([
+            act.arg(),
+            Arg::U32(rows_ff),
+            u32_arg(h.cols, "cols")?,
+            k_arg,
+        ]);
+        cuda.gpu.launch(kernel, dims, &args)
     })?;
     x.q8 = None;
-    let kernel = by_format(*down_ty, MOE_DOWN_ADD);
-    let dims = cuda
-        .gpu
-        .one_wave(kernel, sh.matvec_multi(&[rows_embd], n as u32, sms));
+    // Decode adds the mixed slots into `x` in the down projection; prefill writes each slot's
+    // row to `y`, then mixes.
+    let (kernel, dims, y) = match order {
+        Some(_) => (
+            by_format(*down_ty, MOE_DOWN_SORTED),
+            sh.moe_sorted(slots, rows_embd),
+            Some(cuda.tensor(n * k, n_embd)?),
+        ),
+        None => {
+            let (kernel, dims) = slot_major(MOE_DOWN_ADD, *down_ty, &[rows_embd], n);
+            (kernel, dims, None)
+        }
+    };
     cuda.with_q8(&act, |aq, ads| {
-        cuda.gpu.launch(
-            kernel,
-            dims,
-            &[
-                dq.arg(),
-                ds.arg(),
-                aq,
-                ads,
-                route.arg(),
-                x.arg(),
-                Arg::U32(rows_embd),
-                Arg::U32(rows_ff),
-                k_arg,
-            ],
-        )
-    })
+        let mut args = vec![dq.arg(), ds.arg(), aq, ads, route.arg()];
+        args.extend(order.as_ref().map(CudaTensor::arg));
+        args.push(y.as_ref().unwrap_or(&*x).arg());
+        args.extend([Arg::U32(rows_embd), Arg::U32(rows_ff), k_arg]);
+        cuda.gpu.launch(kernel, dims, &args)
+    })?;
+    let Some(y) = y else { return Ok(()) };
+    let len = to_u32(n * n_embd, "residual elements")?;
+    cuda.gpu.launch(
+        names::kiln_moe_mix,
+        sh.flat(len),
+        &[
+            y.arg(),
+            route.arg(),
+            x.arg(),
+            Arg::U32(rows_embd),
+            k_arg,
+            Arg::U32(len),
+        ],
+    )
 }
