@@ -904,6 +904,25 @@ fn moe_on_cuda_host_grid_matches_cpu_backend() {
     }
 }
 
+/// CUDA experts need 8-bit activations: with `--f32-activations` a forward pass fails with a
+/// message naming the flag, not a wrong answer.
+#[test]
+fn moe_on_cuda_with_f32_activations_is_a_clear_error() {
+    use kiln_host::backend::cuda::Cuda;
+    let (file, _) = build(&Synth {
+        ty: GgmlType::Q8_0,
+        ..QWEN3MOE
+    });
+    let cuda = Cuda::host::<policies::Hopper>().with_f32_activations();
+    let model = models::load(&cuda, &file, &mut |_, _| {}).unwrap();
+    let mut cache = cuda.kv_cache(&model.config().kv_spec(32)).unwrap();
+    let err = model
+        .forward(&cuda, &mut cache, &TOKENS[..1], 0, Logits::Last)
+        .err()
+        .expect("an MoE forward pass with f32 activations on CUDA must fail");
+    assert!(format!("{err:#}").contains("--f32-activations"), "{err:#}");
+}
+
 /// Logits of every position of `tokens`, from one forward pass on `b`.
 fn prefill_all<B: Backend + 'static>(b: &B, file: &Arc<GgufFile>, tokens: &[u32]) -> Vec<Vec<f32>> {
     let model = models::load(b, file, &mut |_, _| {}).unwrap();
