@@ -199,8 +199,8 @@ pub trait Backend {
     }
 
     /// Mixture-of-experts routing of each row of the router logits `[n, n_expert]`: softmax,
-    /// then the `n_used` largest probabilities (the lower index first on ties), rescaled to sum
-    /// to 1 with `norm_weights`. Returns `[n, 2·n_used]`: per row the chosen experts' indices
+    /// then the `n_used` largest probabilities (ranked by logit, the lower index first on
+    /// ties), rescaled to sum to 1 with `norm_weights`. Returns `[n, 2·n_used]`: per row the chosen experts' indices
     /// (integers, exact in f32) in descending probability, then their weights in the same
     /// order. It stays on the device, so a recorded decode step can replay it.
     fn moe_route(&self, logits: &Self::Tensor, moe: &Moe) -> Result<Self::Tensor> {
