@@ -65,4 +65,5 @@ impl TargetPolicy for Hopper {
     // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
     // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
     const ATTN_MAX_PARTIALS: u32 = 1024;
+    const KV_POSITION_MAJOR: bool = false;
 }

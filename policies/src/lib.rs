@@ -136,6 +136,12 @@ pub trait TargetPolicy: 'static {
     /// split is one chunk while `tokens × chunks` fits; a long prefill over a large cache gets
     /// fewer, longer splits instead of a scratch that grows with both.
     const ATTN_MAX_PARTIALS: u32;
+    /// KV cache rows position-major (`max_ctx × kv_heads × head_dim` per layer, llama.cpp's
+    /// order) instead of head-major (`kv_heads × max_ctx × head_dim`): at a short context the
+    /// rows a decode step reads then share a few pages instead of one page per head. Every
+    /// kernel that addresses the cache goes through `attention::kv_row`. An A/B switch until
+    /// measured (`scripts/ptx-variant.sh hopper v.ptx KV_POSITION_MAJOR=true`).
+    const KV_POSITION_MAJOR: bool = false;
 }
 
 /// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`) as
@@ -180,6 +186,7 @@ impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
     const ATTN_CHUNK: u32 = P::ATTN_CHUNK;
     const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
     const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
+    const KV_POSITION_MAJOR: bool = P::KV_POSITION_MAJOR;
 }
 
 /// Rows of output one mat-vec block produces.

@@ -156,6 +156,19 @@ impl SplitBlock {
 
 /// Pass 1: the softmax partials of token `t`'s query heads in one KV head's group (or a slice of
 /// it) over one split of the cache, as records `part[(t, head, split)]` of [`record_floats`].
+/// Row (of `head_dim` f16) of cache position `p` of KV head `kvh` in one layer's cache of
+/// `max_ctx` positions: head-major, `kvh·max_ctx + p`, or with `P::KV_POSITION_MAJOR`
+/// position-major, `p·kv_heads + kvh`. Every kernel that reads or writes the cache indexes it
+/// through here.
+#[inline(always)]
+pub fn kv_row<P: TargetPolicy>(kvh: u32, p: u32, kv_heads: u32, max_ctx: u32) -> u32 {
+    if P::KV_POSITION_MAJOR {
+        p * kv_heads + kvh
+    } else {
+        kvh * max_ctx + p
+    }
+}
+
 /// `q`: `n × heads × head_dim` f32; `k`, `v`: `kv_heads × max_ctx × head_dim` f16, 16-byte
 /// aligned; `*pos`: the step's first position; token `t` attends positions `0..=*pos + t`.
 /// `head_dim % 32 == 0`, `head_dim <= MAX_HEAD_DIM`, `heads % kv_heads == 0`.
@@ -213,7 +226,7 @@ pub unsafe fn attention_chunks<P: TargetPolicy>(
     let load = |p: u32| {
         if p < end && active {
             let at = |cache: *const u16| unsafe {
-                cache.add(((kvh * max_ctx + p) * head_dim + dim0) as usize)
+                cache.add((kv_row::<P>(kvh, p, kv_heads, max_ctx) * head_dim + dim0) as usize)
             } as *const u32;
             unsafe { (ld_nc_v4(at(k)), ld_nc_v4(at(v))) }
         } else {

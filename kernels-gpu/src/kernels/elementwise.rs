@@ -1,6 +1,7 @@
 //! One-thread-per-element kernels. Launch: [`launch::flat`](crate::kernels::launch::flat) with the
 //! thread count each doc names; threads past it return at once.
 use crate::device::*;
+use crate::kernels::attention::kv_row;
 use crate::kernels::formats::{QK, SplitFormat, load_side};
 use policies::TargetPolicy;
 
@@ -155,7 +156,8 @@ pub unsafe fn kv_store<P: TargetPolicy>(
     let d = id % head_dim;
     let h = (id / head_dim) % kv_heads;
     let t = id / (head_dim * kv_heads);
-    let dst = ((h * max_ctx + unsafe { *pos } + t) * head_dim + d) as usize;
+    let p = unsafe { *pos } + t;
+    let dst = (kv_row::<P>(h, p, kv_heads, max_ctx) * head_dim + d) as usize;
     unsafe {
         *k_cache.add(dst) = f32_to_f16(*k.add(id as usize));
         *v_cache.add(dst) = f32_to_f16(*v.add(id as usize));

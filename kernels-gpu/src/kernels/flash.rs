@@ -14,7 +14,9 @@
 //! rows of an mma are a KV group's query heads instead of 16 tokens, so one mma scores eight
 //! positions for all of them where the f32 kernel reduces each (row, head) dot by butterflies.
 use crate::device::*;
-use crate::kernels::attention::{STATS, SplitBlock, merge_floats, merge_slots, record_floats};
+use crate::kernels::attention::{
+    STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
+};
 use policies::TargetPolicy;
 
 /// Query tokens per block: 16 per warp.
@@ -129,7 +131,7 @@ unsafe fn body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
         while c < FLASH_KV * D / 8 {
             let (row, col) = (c / (D / 8), c % (D / 8) * 8);
             let p = base + row;
-            let src = ((kvh * max_ctx + p) * D + col) as usize;
+            let src = (kv_row::<P>(kvh, p, kv_heads, max_ctx) * D + col) as usize;
             // Positions past the causal end are zeros (finite: their scores are masked anyway).
             let (kw, vw) = if p <= last {
                 unsafe {
@@ -354,7 +356,7 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             let dst = (row * stride + col) as usize;
             let (kd, vd) = unsafe { (ks_mem.add(dst) as *mut u32, vs_mem.add(dst) as *mut u32) };
             if row < here {
-                let src = ((kvh * max_ctx + base + row) * D + col) as usize;
+                let src = (kv_row::<P>(kvh, base + row, kv_heads, max_ctx) * D + col) as usize;
                 unsafe {
                     cp_async_16(kd, k.add(src) as *const u32);
                     cp_async_16(vd, v.add(src) as *const u32);

@@ -1,6 +1,7 @@
 //! Row kernels: one block per row, reductions through warp shuffles and a few words of shared
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
+use crate::kernels::attention::kv_row;
 use crate::kernels::elementwise::{rope_pair, rotate};
 use crate::kernels::matvec::{q8_1_code, q8_1_scale, q8_1_stored};
 use policies::TargetPolicy;
@@ -247,7 +248,8 @@ pub unsafe fn rope_store<P: TargetPolicy>(
     let (h, is_v) = ((r - heads) % kv_heads, r >= heads + kv_heads);
     let src = unsafe { if is_v { v } else { k }.add((t * kv_heads + h) as usize * hd) };
     let dst = unsafe {
-        if is_v { v_cache } else { k_cache }.add(((h * max_ctx + p) * head_dim) as usize)
+        let row = kv_row::<P>(h, p, kv_heads, max_ctx);
+        if is_v { v_cache } else { k_cache }.add((row * head_dim) as usize)
     };
     let (w, rope) = if is_v {
         (core::ptr::null(), None)
