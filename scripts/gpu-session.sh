@@ -5,6 +5,8 @@
 #   bench   cargo xtask bench kernels -> $OUT/bench_kernels.{json,md}
 #   model   CUDA vs CPU greedy generation on SmolLM2 (model reassembled from .gpu_a/.gpu_b parts)
 #   compare CPU vs CUDA logits at every position (xtask compare-backends)
+#   moe     a synthetic tiny-qwen3moe (gen-model): CPU vs CUDA op by op (lockstep) and free
+#           running, then greedy tokens of both and the CUDA decode speed
 set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"
@@ -67,6 +69,21 @@ PY
         $G/xtask compare-backends --lockstep 1e-3 $mode -m $M -n 32 -p "The capital of France is" -p "def fibonacci(n):" \
           -p "Once upon a time, in a small village," -p "The three primary colors are" 2>&1 | grep -v "rel err by position"
       done 2>&1 | tee "$OUT/compare.txt"
+      ;;
+    moe)
+      echo "== tiny-qwen3moe: CPU vs CUDA"
+      M=/tmp/tiny-qwen3moe.gguf
+      $G/xtask gen-model --preset tiny-qwen3moe --quant q4_0 --out $M 2>&1 | tail -1
+      $G/xtask compare-backends --lockstep 1e-3 -m $M -n 16 -p "Hello world" -p "The experts are" 2>&1 \
+        | grep -v "rel err by position" | tee "$OUT/moe_compare.txt"
+      $G/xtask compare-backends -m $M -n 16 -p "Hello world" -p "The experts are" 2>&1 \
+        | grep -v "rel err by position" | tee -a "$OUT/moe_compare.txt"
+      for d in cpu cuda; do
+        $G/kiln generate -m $M -p "The experts are" -n 32 --temp 0 --ignore-eos --device $d --json > "$OUT/moe_$d.json" 2> "$OUT/moe_$d.err" \
+          || { echo "$d failed:"; cat "$OUT/moe_$d.err"; }
+      done
+      python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); print("greedy cpu==cuda", a.get("tokens")==b.get("tokens"), "cuda timings", b.get("timings"))' \
+        "$OUT/moe_cpu.json" "$OUT/moe_cuda.json" | tee -a "$OUT/moe_compare.txt"
       ;;
     cache-a)
       cp .gpu_a/model.part_a /tmp/smollm2.part_a && echo "part a cached"
