@@ -21,7 +21,7 @@ pub mod lockstep;
 
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, bail, ensure};
 
 use crate::gguf::GgufFile;
 
@@ -78,6 +78,69 @@ pub struct Moe {
     pub n_used: usize,
     /// Rescale the chosen probabilities to sum to 1 (Qwen3-MoE's `norm_topk_prob`).
     pub norm_weights: bool,
+}
+
+impl Moe {
+    /// `n_used` within `1..=n_expert`, and one router logit per expert in each row.
+    pub fn check_logits(&self, logits: &dyn Shape) -> Result<()> {
+        self.check_used()?;
+        ensure!(
+            logits.cols() == self.n_expert,
+            "moe_route: router logits have {} columns for {} experts",
+            logits.cols(),
+            self.n_expert
+        );
+        Ok(())
+    }
+
+    /// The operands of [`Backend::moe_swiglu_add`] agree with each other and with `self`;
+    /// returns the experts' width `n_ff`. Weights come with their tensor names for the message.
+    pub fn check_ffn(
+        &self,
+        x: &dyn Shape,
+        h: &dyn Shape,
+        route: &dyn Shape,
+        [gate, up, down]: [(&dyn Shape, &str); 3],
+    ) -> Result<usize> {
+        self.check_used()?;
+        let (n, k) = (h.rows(), self.n_used);
+        ensure!(
+            route.rows() == n && route.cols() == 2 * k && x.rows() == n,
+            "moe: {n} tokens, a {}x{} route for {k} experts each, a {}-row residual",
+            route.rows(),
+            route.cols(),
+            x.rows()
+        );
+        let ((g, g_name), (u, u_name), (d, d_name)) = (gate, up, down);
+        ensure!(
+            g.rows() == u.rows()
+                && g.rows().is_multiple_of(self.n_expert)
+                && g.cols() == h.cols()
+                && u.cols() == h.cols(),
+            "moe: {g_name} and {u_name} are not {} experts over {}-wide activations",
+            self.n_expert,
+            h.cols()
+        );
+        let n_ff = g.rows() / self.n_expert;
+        ensure!(
+            d.cols() == n_ff && d.rows() == x.cols() * self.n_expert,
+            "moe: {d_name} is {}x{}, expected {}x{n_ff}",
+            d.rows(),
+            d.cols(),
+            x.cols() * self.n_expert
+        );
+        Ok(n_ff)
+    }
+
+    fn check_used(&self) -> Result<()> {
+        ensure!(
+            self.n_used >= 1 && self.n_used <= self.n_expert,
+            "mixture of experts: {} experts used of {}",
+            self.n_used,
+            self.n_expert
+        );
+        Ok(())
+    }
 }
 
 /// A compute device, as the model executors see it.

@@ -30,13 +30,7 @@ pub fn route_row(logits: &[f32], moe: &Moe) -> (Vec<usize>, Vec<f32>) {
 }
 
 pub(super) fn route(logits: &CpuTensor, moe: &Moe) -> Result<CpuTensor> {
-    check_moe(moe)?;
-    ensure!(
-        logits.cols == moe.n_expert,
-        "moe_route: router logits have {} columns for {} experts",
-        logits.cols,
-        moe.n_expert
-    );
+    moe.check_logits(logits)?;
     let k = moe.n_used;
     let mut out = Vec::with_capacity(logits.rows * 2 * k);
     for row in logits.data.chunks_exact(logits.cols) {
@@ -49,16 +43,6 @@ pub(super) fn route(logits: &CpuTensor, moe: &Moe) -> Result<CpuTensor> {
         out.extend(w);
     }
     CpuTensor::new(out, logits.rows, 2 * k)
-}
-
-pub(super) fn check_moe(moe: &Moe) -> Result<()> {
-    ensure!(
-        moe.n_used >= 1 && moe.n_used <= moe.n_expert,
-        "mixture of experts: {} experts used of {}",
-        moe.n_used,
-        moe.n_expert
-    );
-    Ok(())
 }
 
 /// The (expert index, weight) pairs of `route`'s row `t`, checked against `n_expert`.
@@ -107,31 +91,17 @@ pub(super) fn swiglu_add(
     down: &CpuWeight,
     moe: &Moe,
 ) -> Result<()> {
-    check_moe(moe)?;
+    let n_ff = moe.check_ffn(
+        x,
+        h,
+        route,
+        [
+            (gate, &gate.info.name),
+            (up, &up.info.name),
+            (down, &down.info.name),
+        ],
+    )?;
     let (n, k) = (h.rows, moe.n_used);
-    ensure!(
-        route.rows == n && route.cols == 2 * k && x.rows == n,
-        "moe: {n} tokens, a {}x{} route for {k} experts each, a {}-row residual",
-        route.rows,
-        route.cols,
-        x.rows
-    );
-    ensure!(
-        gate.cols == h.cols && up.cols == h.cols && gate.rows == up.rows,
-        "moe: {} and {} do not take {}-wide activations alike",
-        gate.info.name,
-        up.info.name,
-        h.cols
-    );
-    let n_ff = gate.rows / moe.n_expert;
-    ensure!(
-        down.cols == n_ff && down.rows == x.cols * moe.n_expert,
-        "moe: {} is {}x{}, expected {}x{n_ff}",
-        down.info.name,
-        down.rows,
-        down.cols,
-        x.cols * moe.n_expert
-    );
     let pairs = route
         .data
         .chunks_exact(2 * k)

@@ -18,21 +18,10 @@ use crate::backend::Moe;
 use crate::cuda::Arg;
 
 pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaTensor> {
-    ensure!(
-        moe.n_used >= 1 && moe.n_used <= moe.n_expert,
-        "mixture of experts: {} experts used of {}",
-        moe.n_used,
-        moe.n_expert
-    );
+    moe.check_logits(logits)?;
     ensure!(
         moe.n_expert <= MOE_MAX_EXPERTS as usize,
         "mixture of experts: {} experts, the CUDA router ranks at most {MOE_MAX_EXPERTS}",
-        moe.n_expert
-    );
-    ensure!(
-        logits.cols == moe.n_expert,
-        "moe_route: router logits have {} columns for {} experts",
-        logits.cols,
         moe.n_expert
     );
     let out = cuda.tensor(logits.rows, 2 * moe.n_used)?;
@@ -85,34 +74,18 @@ pub(super) fn swiglu_add(
             down.name
         );
     };
+    let n_ff = moe.check_ffn(
+        x,
+        h,
+        route,
+        [(gate, &gate.name), (up, &up.name), (down, &down.name)],
+    )?;
+    ensure!(
+        n_ff.is_multiple_of(32),
+        "tensor {}: experts {n_ff} wide are not whole 32-blocks",
+        down.name
+    );
     let (n, k, n_embd) = (h.rows, moe.n_used, x.cols);
-    ensure!(
-        route.rows == n && route.cols == 2 * k && x.rows == n,
-        "moe: {n} tokens, a {}x{} route for {k} experts each, a {}-row residual",
-        route.rows,
-        route.cols,
-        x.rows
-    );
-    ensure!(
-        gate.rows == up.rows
-            && gate.rows.is_multiple_of(moe.n_expert)
-            && gate.cols == h.cols
-            && up.cols == h.cols,
-        "moe: {} and {} are not {} experts over {}-wide activations",
-        gate.name,
-        up.name,
-        moe.n_expert,
-        h.cols
-    );
-    let n_ff = gate.rows / moe.n_expert;
-    ensure!(
-        down.cols == n_ff && down.rows == n_embd * moe.n_expert && n_ff.is_multiple_of(32),
-        "moe: {} is {}x{}, expected {}x{n_ff} (whole 32-blocks)",
-        down.name,
-        down.rows,
-        down.cols,
-        n_embd * moe.n_expert
-    );
     let (sh, sms) = (cuda.gpu.shapes(), cuda.gpu.sm_count());
     let (rows_ff, rows_embd) = (to_u32(n_ff, "expert width")?, to_u32(n_embd, "width")?);
     let slots = to_u32(n * k, "token slots")?;
