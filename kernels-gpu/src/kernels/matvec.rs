@@ -185,7 +185,7 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
     acc: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
-    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     // Grid-stride over groups of `MATVEC_WARPS·R` rows: `launch::matvec_resident` launches
     // at most one resident wave of blocks, fewer than there are groups. The loop condition is
     // the same for the whole block, so every lane reaches the warp_sum inside `warp_dots`.
@@ -234,6 +234,18 @@ fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
         prefetch_l2((qs as *const u8).wrapping_add(row0 * q_row), rows * q_row);
         prefetch_l2(scales.wrapping_add(row0 * s_row), rows * s_row);
     }
+}
+
+/// Row `row` of a Q8_1 activation matrix ([`quantize_q8_1`]) with `nb` blocks per row: its
+/// codes (8 words a block) and its per-block (scale, sum) pairs.
+#[inline(always)]
+pub(crate) unsafe fn q8_row(
+    xq: *const u32,
+    xds: *const f32,
+    row: usize,
+    nb: usize,
+) -> (*const u32, *const f32) {
+    unsafe { (xq.add(row * nb * 8), xds.add(row * nb * 2)) }
 }
 
 /// One weight row a warp reduces: row `row` of the split-layout matrix (`qs`, `scales`);
@@ -421,7 +433,7 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     cols: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
-    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     let warps = P::MATVEC_WARPS as usize;
     // Groups of `warps · R` rows, numbered across the three matrices; the matrix a group
     // belongs to is block-uniform, so the whole block takes the same branch.
@@ -470,7 +482,7 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
-    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
         let at = (block_idx() as usize + g * grid_dim() as usize) * warps;

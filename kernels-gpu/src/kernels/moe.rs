@@ -7,7 +7,7 @@
 //! only offset the row they read, the split layout is the dense one.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
-use crate::kernels::matvec::{WeightRow, swiglu_rows, warp_dots_in_flight};
+use crate::kernels::matvec::{WeightRow, q8_row, swiglu_rows, warp_dots_in_flight};
 use policies::TargetPolicy;
 
 /// Most experts [`moe_route`] ranks (each lane holds `MOE_MAX_EXPERTS / 32` logits).
@@ -124,6 +124,12 @@ unsafe fn routed_expert(route: *const f32, k: usize, t: usize, j: usize) -> usiz
     unsafe { *route.add(t * 2 * k + j) as usize }
 }
 
+/// The mixing weight of slot `j` of token `t`'s route.
+#[inline(always)]
+unsafe fn routed_weight(route: *const f32, k: usize, t: usize, j: usize) -> f32 {
+    unsafe { *route.add(t * 2 * k + k + j) }
+}
+
 /// Gate, up and SwiGLU of each token's routed experts: block row `y = t·k + j` computes
 /// `act[y] = silu(x[t]·G_eᵀ) ⊙ (x[t]·U_eᵀ)` (`rows` wide) for expert `e` in slot `j` of token
 /// `t`'s route. `x` is Q8_1 ([`quantize_q8_1`](super::matvec::quantize_q8_1)); `G`, `U` are
@@ -151,7 +157,7 @@ pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     );
     let (t, rows) = (slot / k, rows as usize);
     let e = unsafe { routed_expert(route, k, t, slot % k) };
-    let x = unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
     unsafe { swiglu_rows::<P, F>(gate, up, x, act.add(slot * rows), e * rows, rows, nb) }
 }
@@ -187,7 +193,7 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
         let mut sum = 0f32;
         for j in 0..k {
             let (e, weight) =
-                unsafe { (routed_expert(route, k, t, j), *route.add(t * 2 * k + k + j)) };
+                unsafe { (routed_expert(route, k, t, j), routed_weight(route, k, t, j)) };
             let a = t * k + j;
             let w = [WeightRow {
                 qs,
@@ -195,7 +201,7 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
                 row: e * rows + row,
                 live,
             }];
-            let a_row = unsafe { (aq.add(a * nb * 8), ads.add(a * nb * 2)) };
+            let a_row = unsafe { q8_row(aq, ads, a, nb) };
             let [d] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, a_row, nb) };
             sum += weight * d;
         }
@@ -305,7 +311,7 @@ pub unsafe fn moe_swiglu_sorted<P: TargetPolicy, F: SplitFormat>(
 ) {
     let (nb, rows) = ((cols / QK as u32) as usize, rows as usize);
     let mats = [(gate_qs, gate_scales), (up_qs, up_scales)];
-    let x_row = |_, t: usize| unsafe { (xq.add(t * nb * 8), xds.add(t * nb * 2)) };
+    let x_row = |_, t: usize| unsafe { q8_row(xq, xds, t, nb) };
     let (slot, row, live, [g, u]) =
         unsafe { sorted_dots::<P, F, 2>(mats, route, order, k as usize, rows, nb, x_row) };
     if lane() == 0 && live {
@@ -330,7 +336,7 @@ pub unsafe fn moe_down_sorted<P: TargetPolicy, F: SplitFormat>(
     k: u32,
 ) {
     let (nb, rows) = ((cols / QK as u32) as usize, rows as usize);
-    let a_row = |slot: usize, _| unsafe { (aq.add(slot * nb * 8), ads.add(slot * nb * 2)) };
+    let a_row = |slot: usize, _| unsafe { q8_row(aq, ads, slot, nb) };
     let (slot, row, live, [d]) = unsafe {
         sorted_dots::<P, F, 1>([(qs, scales)], route, order, k as usize, rows, nb, a_row)
     };
@@ -358,7 +364,7 @@ pub unsafe fn moe_mix<P: TargetPolicy>(
     let cols = cols as usize;
     let mut sum = 0f32;
     for j in 0..k {
-        let w = unsafe { *route.add(t * 2 * k + k + j) };
+        let w = unsafe { routed_weight(route, k, t, j) };
         sum += w * unsafe { *y.add((t * k + j) * cols + c) };
     }
     unsafe { *x.add(i as usize) += sum };
