@@ -7,7 +7,7 @@
 //! only offset the row they read, the split layout is the dense one.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
-use crate::kernels::matvec::{WeightRow, q8_row, swiglu_rows, warp_dots_in_flight};
+use crate::kernels::matvec::{WeightRow, q8_row, swiglu_rows, warp_dots_in_flight, warp_row_sums};
 use policies::TargetPolicy;
 
 /// Most experts [`moe_route`] ranks (each lane holds `MOE_MAX_EXPERTS / 32` logits).
@@ -26,24 +26,18 @@ pub unsafe fn matvec_f32<P: TargetPolicy>(
 ) {
     let (t, rows, cols) = (block_idx_y() as usize, rows as usize, cols as usize);
     let x_row = unsafe { x.add(t * cols) } as *const u32;
-    let warps = P::MATVEC_WARPS as usize;
-    let mut group = block_idx() as usize;
-    while group * warps < rows {
-        let row = group * warps + warp_id() as usize;
+    let lane_part = |row: usize| {
         let mut acc = 0f32;
         let mut c = lane() as usize * 4;
-        while row < rows && c < cols {
+        while c < cols {
             let wv = unsafe { ld_nc_v4(w.add(row * cols + c) as *const u32) };
             let xv = unsafe { ld_nc_v4(x_row.add(c)) };
             unroll::<4>(|i| acc += f32::from_bits(wv[i]) * f32::from_bits(xv[i]));
             c += 4 * WARP as usize;
         }
-        let s = warp_sum(acc);
-        if lane() == 0 && row < rows {
-            unsafe { *y.add(t * rows + row) = s };
-        }
-        group += grid_dim() as usize;
-    }
+        acc
+    };
+    unsafe { warp_row_sums::<P>(y.add(t * rows), rows, lane_part) }
 }
 
 /// Routes each of `n` rows of router logits (`n × n_expert`, `n_expert ≤ MOE_MAX_EXPERTS`)
@@ -194,14 +188,13 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
         for j in 0..k {
             let (e, weight) =
                 unsafe { (routed_expert(route, k, t, j), routed_weight(route, k, t, j)) };
-            let a = t * k + j;
             let w = [WeightRow {
                 qs,
                 scales,
                 row: e * rows + row,
                 live,
             }];
-            let a_row = unsafe { q8_row(aq, ads, a, nb) };
+            let a_row = unsafe { q8_row(aq, ads, t * k + j, nb) };
             let [d] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, a_row, nb) };
             sum += weight * d;
         }
