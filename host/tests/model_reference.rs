@@ -638,6 +638,18 @@ fn per_position_rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<f64> {
         .collect()
 }
 
+/// Asserts every position's logits of `got` are within `tol` (relative L2) of `want`'s, after
+/// printing the worst; `what` names the case in both messages.
+fn assert_positions_close(want: &[Vec<f32>], got: &[Vec<f32>], tol: f64, what: &str) {
+    assert_eq!(want.len(), got.len(), "{what}: position counts differ");
+    let rels = per_position_rel(want, got);
+    let worst = rels.iter().fold(0f64, |m, &r| m.max(r));
+    eprintln!("{what}: worst position rel err {worst:.2e} (tolerance {tol:e})");
+    for (pos, rel) in rels.into_iter().enumerate() {
+        assert!(rel < tol, "{what}, position {pos}: logits rel err {rel:e}");
+    }
+}
+
 /// The CUDA backend, run on the host grid executor (same backend code, same kernel bodies as
 /// on the GPU), must agree with the CPU backend: both quantize activations the same way, so
 /// only summation order and f32 rounding separate them.
@@ -680,15 +692,11 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
         for (mma, tol) in [(false, 1e-4), (true, 5e-3)] {
             let cuda = Cuda::host::<policies::Hopper>().with_attention_mma(mma);
             let gpu = decode_steps(&cuda, &file, &TOKENS);
-            for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
-                assert!(
-                    rel < tol,
-                    "{} {:?} head_dim {}, attention mma {mma}, position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}",
-                    s.arch,
-                    s.ty,
-                    s.head_dim
-                );
-            }
+            let what = format!(
+                "{} {:?} head_dim {}, attention mma {mma}: CUDA-on-host vs CPU",
+                s.arch, s.ty, s.head_dim
+            );
+            assert_positions_close(&cpu, &gpu, tol, &what);
         }
     }
 }
@@ -793,14 +801,8 @@ fn f32_activations_cuda_on_host_grid_matches_cpu_backend() {
             &file,
             &TOKENS,
         );
-        for (pos, rel) in per_position_rel(&cpu, &gpu).into_iter().enumerate() {
-            assert!(
-                rel < 5e-5,
-                "{} {:?} position {pos}: f32-activation CUDA-on-host vs CPU logits rel err {rel:e}",
-                s.arch,
-                s.ty
-            );
-        }
+        let what = format!("{} {:?}: f32-activation CUDA-on-host vs CPU", s.arch, s.ty);
+        assert_positions_close(&cpu, &gpu, 5e-5, &what);
         // And the mode really changes the arithmetic: Q8_1 activations give other logits.
         let q8 = decode_steps(&Cpu::new(), &file, &TOKENS);
         assert!(
@@ -874,33 +876,15 @@ fn moe_on_cuda_host_grid_matches_cpu_backend() {
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
         let cuda = Cuda::host::<policies::Hopper>();
         let gpu = decode_steps(&cuda, &file, &TOKENS);
-        let rels = per_position_rel(&cpu, &gpu);
-        eprintln!(
-            "{ty:?} MoE decode: worst position rel err {:.2e}",
-            rels.iter().fold(0f64, |m, &r| m.max(r))
-        );
-        for (pos, rel) in rels.into_iter().enumerate() {
-            // head_dim 32: the f32 attention kernel, so float rounding only (measured ~1e-7).
-            assert!(
-                rel < 1e-4,
-                "{ty:?} decode position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}"
-            );
-        }
+        // head_dim 32: the f32 attention kernel, so float rounding only (measured ~1e-7).
+        let what = format!("{ty:?} MoE decode, CUDA-on-host vs CPU");
+        assert_positions_close(&cpu, &gpu, 1e-4, &what);
         // Prefill: the dense projections take the f16 tensor-core GEMM, the experts the Q8_1
         // mat-vecs; against the CPU backend with f32 activations (measured ~6e-3).
         let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
         let got = prefill_all(&cuda, &file, &TOKENS);
-        let rels = per_position_rel(&want, &got);
-        eprintln!(
-            "{ty:?} MoE prefill: worst position rel err {:.2e}",
-            rels.iter().fold(0f64, |m, &r| m.max(r))
-        );
-        for (pos, rel) in rels.into_iter().enumerate() {
-            assert!(
-                rel < 1e-2,
-                "{ty:?} prefill position {pos}: CUDA-on-host vs CPU logits rel err {rel:e}"
-            );
-        }
+        let what = format!("{ty:?} MoE prefill, CUDA-on-host vs CPU");
+        assert_positions_close(&want, &got, 1e-2, &what);
     }
 }
 
