@@ -8,7 +8,6 @@ mod common;
 use common::data::{Gen, length, seed};
 use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
-use kernels_gpu::kernels::formats::{self, SplitFormat};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -57,42 +56,15 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
 
 /// The GEMM entry of `fmt` and its (quant, staged) words per block.
 fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, (u32, u32)) {
-    fn words<F: SplitFormat>() -> (u32, u32) {
-        (F::QS_WORDS as u32, F::STAGED_WORDS as u32)
-    }
-    let (main, deep_name, words) = match fmt {
-        BlockFormat::Q4_0 => (
-            names::kiln_mma_q4_0,
-            names::kiln_mma_deep_q4_0,
-            words::<formats::Q4_0>(),
-        ),
-        BlockFormat::Q4_1 => (
-            names::kiln_mma_q4_1,
-            names::kiln_mma_deep_q4_1,
-            words::<formats::Q4_1>(),
-        ),
-        BlockFormat::Q8_0 => (
-            names::kiln_mma_q8_0,
-            names::kiln_mma_deep_q8_0,
-            words::<formats::Q8_0>(),
-        ),
-        BlockFormat::Q6K => (
-            names::kiln_mma_q6k,
-            names::kiln_mma_deep_q6k,
-            words::<formats::Q6K>(),
-        ),
-        BlockFormat::Q5K => (
-            names::kiln_mma_q5k,
-            names::kiln_mma_deep_q5k,
-            words::<formats::Q5K>(),
-        ),
-        BlockFormat::Q4K => (
-            names::kiln_mma_q4k,
-            names::kiln_mma_deep_q4k,
-            words::<formats::Q4K>(),
-        ),
+    let (main, deep_name) = match fmt {
+        BlockFormat::Q4_0 => (names::kiln_mma_q4_0, names::kiln_mma_deep_q4_0),
+        BlockFormat::Q4_1 => (names::kiln_mma_q4_1, names::kiln_mma_deep_q4_1),
+        BlockFormat::Q8_0 => (names::kiln_mma_q8_0, names::kiln_mma_deep_q8_0),
+        BlockFormat::Q6K => (names::kiln_mma_q6k, names::kiln_mma_deep_q6k),
+        BlockFormat::Q5K => (names::kiln_mma_q5k, names::kiln_mma_deep_q5k),
+        BlockFormat::Q4K => (names::kiln_mma_q4k, names::kiln_mma_deep_q4k),
     };
-    (if deep { deep_name } else { main }, words)
+    (if deep { deep_name } else { main }, common::gemm_words(fmt))
 }
 
 fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {

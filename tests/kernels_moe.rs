@@ -8,6 +8,7 @@ use common::data::{Gen, seed};
 use common::reference::{self as r, BlockFormat, QK};
 use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
 use kernels_gpu::entries::families;
+use kernels_gpu::kernels::mma::MOE_TILE_WORDS;
 use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
 use proptest::prelude::*;
 
@@ -209,23 +210,52 @@ fn experts(
     (gguf, upload(dev, &qs), upload(dev, &sc))
 }
 
+/// A random route of `n` tokens: `k` distinct experts of `n_expert` each, random weights. The
+/// route tensor (`n × 2k`) and its slots' (expert, weight) in slot order.
+fn random_route(g: &mut Gen, n: usize, n_expert: usize, k: usize) -> (Vec<f32>, Vec<(usize, f32)>) {
+    let mut route = Vec::with_capacity(n * 2 * k);
+    let mut slots = Vec::new();
+    for _ in 0..n {
+        let mut ids: Vec<usize> = (0..n_expert).collect();
+        for i in 0..k {
+            ids.swap(i, i + g.below(n_expert - i));
+        }
+        let w: Vec<f32> = (0..k).map(|_| g.uniform(0.05, 1.0)).collect();
+        route.extend(ids[..k].iter().map(|&e| e as f32));
+        route.extend(&w);
+        slots.extend(ids[..k].iter().copied().zip(w));
+    }
+    (route, slots)
+}
+
 /// `moe_sort` on the device: checks `order` (each expert's slots ascending, experts in turn)
-/// against a stable sort of `slots` by expert, and returns its buffer.
+/// against a stable sort of `slots` by expert, and the token-tile table against each expert's
+/// run cut every `moe_tile_n` positions, padded with `u32::MAX` to its bound. Returns the
+/// `order` and `tiles` buffers.
 fn sort_slots(
     dev: &mut dyn Device,
     route_b: &common::Buf,
     slots: &[(usize, f32)],
     k: usize,
     n_expert: usize,
-) -> Result<common::Buf, TestCaseError> {
+) -> Result<(common::Buf, common::Buf), TestCaseError> {
     let n_slots = slots.len();
+    let sh = dev.shapes();
+    let (tile_n, max_tiles) = (
+        sh.moe_tile_n(),
+        sh.moe_gemm_tiles(n_slots as u32, n_expert as u32),
+    );
     let order_b = poisoned::<u32>(dev, n_slots, 0xff);
+    let tiles_b = poisoned::<u32>(dev, max_tiles as usize * MOE_TILE_WORDS, 0xa5);
     let args = [
         route_b.arg(),
         order_b.arg(),
+        tiles_b.arg(),
         Arg::U32(n_slots as u32),
         Arg::U32(k as u32),
         Arg::U32(n_expert as u32),
+        Arg::U32(tile_n),
+        Arg::U32(max_tiles),
     ];
     dev.launch(
         names::kiln_moe_sort,
@@ -236,7 +266,59 @@ fn sort_slots(
     let mut want: Vec<u32> = (0..n_slots as u32).collect();
     want.sort_by_key(|&s| slots[s as usize].0);
     prop_assert_eq!(got, want, "{}: moe_sort order", dev.label());
-    Ok(order_b)
+
+    let mut want_tiles = Vec::new();
+    let mut at = 0u32;
+    for e in 0..n_expert {
+        let end = at + slots.iter().filter(|s| s.0 == e).count() as u32;
+        for first in (at..end).step_by(tile_n as usize) {
+            want_tiles.extend([e as u32, first, end]);
+        }
+        at = end;
+    }
+    prop_assert!(
+        want_tiles.len() <= max_tiles as usize * MOE_TILE_WORDS,
+        "{} token tiles exceed the bound {max_tiles}",
+        want_tiles.len() / MOE_TILE_WORDS
+    );
+    want_tiles.resize(max_tiles as usize * MOE_TILE_WORDS, u32::MAX);
+    let got = download::<u32>(dev, &tiles_b);
+    prop_assert_eq!(got, want_tiles, "{}: moe_sort token tiles", dev.label());
+    Ok((order_b, tiles_b))
+}
+
+#[derive(Clone, Debug)]
+struct SortCase {
+    n: u32,
+    n_expert: u32,
+    k: u32,
+    /// Route every slot to one of the first `hot` experts: long runs, several tiles each.
+    hot: u32,
+    seed: u64,
+}
+
+fn sort_case() -> impl Strategy<Value = SortCase> {
+    (1..=300u32, 1..=40u32, 1..=8u32, 1..=4u32, seed()).prop_map(|(n, n_expert, k, hot, seed)| {
+        let k = k.min(n_expert);
+        SortCase {
+            n,
+            n_expert,
+            k,
+            hot: hot.max(k).min(n_expert),
+            seed,
+        }
+    })
+}
+
+/// `moe_sort` alone over many slots (up to 2400): the order and the token tiles, with runs
+/// long enough to span several tiles when `hot` experts take every slot.
+fn moe_sort(dev: &mut dyn Device, c: &SortCase) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let mut g = Gen::new(c.seed);
+    let narrow = g.chance(0.5);
+    let (route, slots) = random_route(&mut g, n, if narrow { c.hot as usize } else { ne }, k);
+    let route_b = upload(dev, &route);
+    sort_slots(dev, &route_b, &slots, k, ne).map(|_| ())
 }
 
 /// `moe_swiglu_split` and `moe_down_add_split` (or, `sorted`, their prefill forms) over a random route (distinct experts per
@@ -252,24 +334,13 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
     let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
-    let mut route = Vec::with_capacity(n * 2 * k);
-    let mut slots = Vec::new();
-    for _ in 0..n {
-        let mut ids: Vec<usize> = (0..ne).collect();
-        for i in 0..k {
-            ids.swap(i, i + g.below(ne - i));
-        }
-        let w: Vec<f32> = (0..k).map(|_| g.uniform(0.05, 1.0)).collect();
-        route.extend(ids[..k].iter().map(|&e| e as f32));
-        route.extend(&w);
-        slots.extend(ids[..k].iter().copied().zip(w));
-    }
+    let (route, slots) = random_route(&mut g, n, ne, k);
     let route_b = upload(dev, &route);
     let (gate, gq_b, gs_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
     let (up, uq_b, us_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
     let act_b = poisoned::<f32>(dev, n * k * ff, 0xff);
     let order_b = match c.sorted {
-        true => Some(sort_slots(dev, &route_b, &slots, k, ne)?),
+        true => Some(sort_slots(dev, &route_b, &slots, k, ne)?.0),
         false => None,
     };
     let mut args = vec![
@@ -387,7 +458,133 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     )
 }
 
+#[derive(Clone, Debug)]
+struct GemmCase {
+    fmt: BlockFormat,
+    n: u32,
+    n_expert: u32,
+    k: u32,
+    blocks: u32,
+    /// Rows of each expert's matrix.
+    rows: u32,
+    /// Gate and up in one launch (activations per token, `order_div = k`), or the down
+    /// projection (activations per slot, `order_div = 1`).
+    gate_up: bool,
+    seed: u64,
+}
+
+fn gemm_case(fmt: BlockFormat) -> impl Strategy<Value = GemmCase> {
+    // Small: the host executor runs every mma as a warp exchange between OS threads.
+    let gr = fmt.group() as u32;
+    let max_blocks: u32 = if gr > 1 { 1 } else { 3 };
+    (
+        1..=12u32,
+        1..=4u32,
+        1..=3u32,
+        1..=max_blocks,
+        // 129: two row tiles of 128 (Hopper), the second one row.
+        prop_oneof![4 => 1..=20u32, 1 => Just(129u32)],
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(
+            move |(n, n_expert, k, blocks, rows, gate_up, seed)| GemmCase {
+                fmt,
+                n,
+                n_expert,
+                k: k.min(n_expert),
+                blocks: blocks * gr,
+                rows,
+                gate_up,
+                seed,
+            },
+        )
+}
+
+/// The grouped expert GEMM (`moe_mma_split`) after `moe_sort`: each slot's output row against
+/// float64 on the f16 values the tensor cores multiply (each weight dequantized and rounded
+/// once, each activation rounded), where only the f32 accumulation may differ, as for the
+/// dense GEMM (`kernels_mma.rs`).
+fn moe_gemm(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let (cols, rows) = (c.blocks as usize * QK, c.rows as usize);
+    let mut g = Gen::new(c.seed);
+    let (route, slots) = random_route(&mut g, n, ne, k);
+    let route_b = upload(dev, &route);
+    let (order_b, tiles_b) = sort_slots(dev, &route_b, &slots, k, ne)?;
+    let (x_rows, div) = if c.gate_up { (n, k) } else { (n * k, 1) };
+    let x = g.activations(x_rows, cols);
+    let xh: Vec<u16> = x
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let xh_b = upload(dev, &xh);
+    let n_mats = if c.gate_up { 2 } else { 1 };
+    let mut args = Vec::with_capacity(13);
+    let mut mats = Vec::new();
+    for m in 0..2 {
+        if m >= n_mats {
+            args.extend([Arg::Ptr(0); 3]);
+            continue;
+        }
+        let (gguf, qs_b, sc_b) = experts(dev, &mut g, c.fmt, ne * rows, cols);
+        let y_b = poisoned::<f32>(dev, n * k * rows, 0xff);
+        args.extend([qs_b.arg(), sc_b.arg(), y_b.arg()]);
+        mats.push((gguf, y_b));
+    }
+    args.extend([
+        Arg::U32(n_mats as u32),
+        Arg::U32(rows as u32),
+        xh_b.arg(),
+        Arg::U32(cols as u32),
+        order_b.arg(),
+        Arg::U32(div as u32),
+        tiles_b.arg(),
+    ]);
+    let (qs_words, staged) = common::gemm_words(c.fmt);
+    let dims = dev.shapes().moe_mma(
+        rows as u32,
+        n_mats as u32,
+        (n * k) as u32,
+        ne as u32,
+        qs_words,
+        staged,
+    );
+    dev.launch(families::MOE_MMA[c.fmt as usize], dims, &args);
+    let x16 = r::f16_values(&xh);
+    for (m, (gguf, y_b)) in mats.iter().enumerate() {
+        let y = download::<f32>(dev, y_b);
+        check_written(dev, "moe_mma output", &y)?;
+        let w16 = r::gemm_weights_f16(c.fmt, gguf, ne * rows, cols);
+        for (s, &(e, _)) in slots.iter().enumerate() {
+            let xr = &x16[(s / div) * cols..(s / div + 1) * cols];
+            for i in 0..rows {
+                let wr = &w16[(e * rows + i) * cols..(e * rows + i + 1) * cols];
+                let (want, abs) = wr.iter().zip(xr).fold((0f64, 0f64), |(s, a), (&w, &x)| {
+                    (s + w * x, a + (w * x).abs())
+                });
+                // f32 accumulation of exact products over 2 mma steps per block.
+                let bound = (2 * c.blocks as usize + 8) as f64 * 2f64.powi(-22) * abs + 1e-30;
+                let got = y[s * rows + i] as f64;
+                prop_assert!(
+                    (got - want).abs() <= bound,
+                    "{}: matrix {m} slot {s} (expert {e}) row {i}: {got} vs f64 {want} (bound {bound:.2e})",
+                    dev.label()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 kernel_properties! {
+    host_moe_sort, gpu_moe_sort: sort_case() => moe_sort;
+    host_moe_mma_q4_0, gpu_moe_mma_q4_0: gemm_case(BlockFormat::Q4_0) => moe_gemm;
+    host_moe_mma_q4_1, gpu_moe_mma_q4_1: gemm_case(BlockFormat::Q4_1) => moe_gemm;
+    host_moe_mma_q8_0, gpu_moe_mma_q8_0: gemm_case(BlockFormat::Q8_0) => moe_gemm;
+    host_moe_mma_q6k, gpu_moe_mma_q6k: gemm_case(BlockFormat::Q6K) => moe_gemm;
+    host_moe_mma_q5k, gpu_moe_mma_q5k: gemm_case(BlockFormat::Q5K) => moe_gemm;
+    host_moe_mma_q4k, gpu_moe_mma_q4k: gemm_case(BlockFormat::Q4K) => moe_gemm;
     host_moe_route, gpu_moe_route: route_case() => moe_route;
     host_matvec_f32, gpu_matvec_f32: router_case() => matvec_f32;
     host_moe_ffn_q4_0, gpu_moe_ffn_q4_0: ffn_case(BlockFormat::Q4_0) => moe_ffn;

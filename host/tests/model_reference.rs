@@ -879,12 +879,20 @@ fn moe_on_cuda_host_grid_matches_cpu_backend() {
         // head_dim 32: the f32 attention kernel, so float rounding only (measured ~1e-7).
         let what = format!("{ty:?} MoE decode, CUDA-on-host vs CPU");
         assert_positions_close(&cpu, &gpu, 1e-4, &what);
-        // Prefill: the dense projections take the f16 tensor-core GEMM, the experts the Q8_1
-        // mat-vecs; against the CPU backend with f32 activations (measured ~6e-3).
+        // Prefill of GEMM_MIN_TOKENS or more: the dense projections take the f16 tensor-core
+        // GEMM, the experts the grouped one; against the CPU backend with f32 activations
+        // (measured ~9e-4: f16 operands).
         let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
         let got = prefill_all(&cuda, &file, &TOKENS);
-        let what = format!("{ty:?} MoE prefill, CUDA-on-host vs CPU");
-        assert_positions_close(&want, &got, 1e-2, &what);
+        let what = format!("{ty:?} MoE prefill (GEMMs), CUDA-on-host vs CPU");
+        assert_positions_close(&want, &got, 5e-3, &what);
+        // A shorter prompt: the Q8_1 mat-vecs, the experts' over slots sorted by expert;
+        // against the CPU backend's 8-bit activations: float rounding only (measured ~8e-8).
+        let short = &TOKENS[..4];
+        let want = prefill_all(&Cpu::new(), &file, short);
+        let got = prefill_all(&cuda, &file, short);
+        let what = format!("{ty:?} MoE prefill (sorted mat-vecs), CUDA-on-host vs CPU");
+        assert_positions_close(&want, &got, 1e-4, &what);
     }
 }
 

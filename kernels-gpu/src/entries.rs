@@ -217,7 +217,13 @@ kernel_table! {
     kiln_moe_down_sorted_q6k = moe::moe_down_sorted [formats::Q6K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_sorted_q5k = moe::moe_down_sorted [formats::Q5K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_sorted_q4k = moe::moe_down_sorted [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
-    kiln_moe_sort = moe::moe_sort [] (route: *const f32, order: *mut u32, n_slots: u32, k: u32, n_expert: u32);
+    kiln_moe_sort = moe::moe_sort [] (route: *const f32, order: *mut u32, tiles: *mut u32, n_slots: u32, k: u32, n_expert: u32, tile_n: u32, max_tiles: u32);
+    kiln_moe_mma_q4_0 = mma::moe_mma_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q4_1 = mma::moe_mma_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q8_0 = mma::moe_mma_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q6k = mma::moe_mma_split [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q5k = mma::moe_mma_split [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q4k = mma::moe_mma_split [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
     kiln_moe_mix = moe::moe_mix [] (y: *const f32, route: *const f32, x: *mut f32, cols: u32, k: u32, len: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
@@ -332,6 +338,14 @@ pub mod families {
         names::kiln_moe_swiglu_sorted_q6k,
         names::kiln_moe_swiglu_sorted_q5k,
         names::kiln_moe_swiglu_sorted_q4k,
+    ];
+    pub const MOE_MMA: FormatEntries = [
+        names::kiln_moe_mma_q4_0,
+        names::kiln_moe_mma_q4_1,
+        names::kiln_moe_mma_q8_0,
+        names::kiln_moe_mma_q6k,
+        names::kiln_moe_mma_q5k,
+        names::kiln_moe_mma_q4k,
     ];
     pub const MOE_DOWN_SORTED: FormatEntries = [
         names::kiln_moe_down_sorted_q4_0,

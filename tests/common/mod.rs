@@ -362,3 +362,21 @@ pub fn quantize_q8_1(
     }
     Ok((xq_b, xds_b, xq, xds))
 }
+
+/// Quant and staged-scale u32 words per block of `fmt`'s split layout (`SplitFormat::QS_WORDS`,
+/// `STAGED_WORDS`): what the GEMM launch shapes size shared memory by.
+pub fn gemm_words(fmt: reference::BlockFormat) -> (u32, u32) {
+    use kernels_gpu::kernels::formats::{self, SplitFormat};
+    use reference::BlockFormat as B;
+    fn words<F: SplitFormat>() -> (u32, u32) {
+        (F::QS_WORDS as u32, F::STAGED_WORDS as u32)
+    }
+    match fmt {
+        B::Q4_0 => words::<formats::Q4_0>(),
+        B::Q4_1 => words::<formats::Q4_1>(),
+        B::Q8_0 => words::<formats::Q8_0>(),
+        B::Q6K => words::<formats::Q6K>(),
+        B::Q5K => words::<formats::Q5K>(),
+        B::Q4K => words::<formats::Q4K>(),
+    }
+}

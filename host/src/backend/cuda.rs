@@ -449,41 +449,7 @@ impl Cuda {
         x: &CudaTensor,
         acc: bool,
     ) -> Result<()> {
-        fn words<F: SplitFormat>() -> (usize, usize) {
-            (F::QS_WORDS, F::STAGED_WORDS)
-        }
-        let (k, deep, (qs_words, staged)) = match ty {
-            GgmlType::Q4_0 => (
-                names::kiln_mma_q4_0,
-                names::kiln_mma_deep_q4_0,
-                words::<formats::Q4_0>(),
-            ),
-            GgmlType::Q4_1 => (
-                names::kiln_mma_q4_1,
-                names::kiln_mma_deep_q4_1,
-                words::<formats::Q4_1>(),
-            ),
-            GgmlType::Q4_K => (
-                names::kiln_mma_q4k,
-                names::kiln_mma_deep_q4k,
-                words::<formats::Q4K>(),
-            ),
-            GgmlType::Q5_K => (
-                names::kiln_mma_q5k,
-                names::kiln_mma_deep_q5k,
-                words::<formats::Q5K>(),
-            ),
-            GgmlType::Q6_K => (
-                names::kiln_mma_q6k,
-                names::kiln_mma_deep_q6k,
-                words::<formats::Q6K>(),
-            ),
-            _ => (
-                names::kiln_mma_q8_0,
-                names::kiln_mma_deep_q8_0,
-                words::<formats::Q8_0>(),
-            ),
-        };
+        let (k, deep, (qs_words, staged)) = gemm_entries(ty);
         ensure!(
             (1..=3).contains(&ws.len()),
             "GEMM: {} weights in one launch (1 to 3 fit)",
@@ -507,13 +473,7 @@ impl Cuda {
             args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
         }
         let n = u32_arg(x.rows, "tokens")?;
-        let h = self.tensor(x.rows, x.cols / 2)?; // f16 pairs, one per f32 slot
-        let pairs = to_u32(x.len() / 2, "activation elements")?;
-        self.gpu.launch(
-            names::kiln_to_f16,
-            self.gpu.shapes().flat(pairs),
-            &[x.arg(), h.arg(), Arg::U32(pairs)],
-        )?;
+        let h = self.to_f16(x)?;
         // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
@@ -535,6 +495,18 @@ impl Cuda {
             Arg::U32(u32::from(acc)),
         ]);
         self.gpu.launch(k, dims, &args)
+    }
+
+    /// `x` rounded to f16 for the GEMMs: pairs of halves, one pair per f32 slot of the result.
+    fn to_f16(&self, x: &CudaTensor) -> Result<CudaTensor> {
+        let h = self.tensor(x.rows, x.cols / 2)?;
+        let pairs = to_u32(x.len() / 2, "activation elements")?;
+        self.gpu.launch(
+            names::kiln_to_f16,
+            self.gpu.shapes().flat(pairs),
+            &[x.arg(), h.arg(), Arg::U32(pairs)],
+        )?;
+        Ok(h)
     }
 
     /// `x += a·wᵀ` through a fresh output (the f32-activation and f16 paths, which do not
@@ -1514,6 +1486,46 @@ fn reblock_rows(
 /// and stored as f16 (the f16 mat-vec and embedding kernels take it): it runs, at 2 bytes per
 /// weight instead of 0.56–0.82. Said once per process on stderr, since VRAM and speed are not
 /// what the file's size suggests.
+/// The GEMM entries of split format `ty` (main and deep k-stages) and its quant and staged
+/// scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
+fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {
+    fn words<F: SplitFormat>() -> (usize, usize) {
+        (F::QS_WORDS, F::STAGED_WORDS)
+    }
+    match ty {
+        GgmlType::Q4_0 => (
+            names::kiln_mma_q4_0,
+            names::kiln_mma_deep_q4_0,
+            words::<formats::Q4_0>(),
+        ),
+        GgmlType::Q4_1 => (
+            names::kiln_mma_q4_1,
+            names::kiln_mma_deep_q4_1,
+            words::<formats::Q4_1>(),
+        ),
+        GgmlType::Q4_K => (
+            names::kiln_mma_q4k,
+            names::kiln_mma_deep_q4k,
+            words::<formats::Q4K>(),
+        ),
+        GgmlType::Q5_K => (
+            names::kiln_mma_q5k,
+            names::kiln_mma_deep_q5k,
+            words::<formats::Q5K>(),
+        ),
+        GgmlType::Q6_K => (
+            names::kiln_mma_q6k,
+            names::kiln_mma_deep_q6k,
+            words::<formats::Q6K>(),
+        ),
+        _ => (
+            names::kiln_mma_q8_0,
+            names::kiln_mma_deep_q8_0,
+            words::<formats::Q8_0>(),
+        ),
+    }
+}
+
 fn widen_to_f16(
     ty: GgmlType,
     data: &[u8],

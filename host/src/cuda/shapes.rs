@@ -48,6 +48,20 @@ pub trait LaunchShapes: Send + Sync {
     fn moe_sort(&self, n_expert: u32) -> Dims;
     /// Expert-sorted mat-vecs over `slots` slots of `rows` outputs.
     fn moe_sorted(&self, slots: u32, rows: u32) -> Dims;
+    /// Entries of `moe_sort`'s token-tile table for `slots` slots of `n_expert` experts.
+    fn moe_gemm_tiles(&self, slots: u32, n_expert: u32) -> u32;
+    /// `moe_sort`'s token-tile width (the GEMM's `TILE_N`).
+    fn moe_tile_n(&self) -> u32;
+    /// The grouped expert GEMM over `n_mats` stacked matrices of `rows` rows per expert.
+    fn moe_mma(
+        &self,
+        rows: u32,
+        n_mats: u32,
+        slots: u32,
+        n_expert: u32,
+        qs_words: u32,
+        staged: u32,
+    ) -> Dims;
     fn flat(&self, threads: u32) -> Dims;
     /// Split-KV attention pass 1 over a cache of `max_ctx` positions (not the position).
     fn attention_chunks(
@@ -142,6 +156,23 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn moe_sorted(&self, slots: u32, rows: u32) -> Dims {
         launch::moe_sorted::<P>(slots, rows)
+    }
+    fn moe_gemm_tiles(&self, slots: u32, n_expert: u32) -> u32 {
+        launch::moe_gemm_tiles(slots, n_expert, P::TILE_N)
+    }
+    fn moe_tile_n(&self) -> u32 {
+        P::TILE_N
+    }
+    fn moe_mma(
+        &self,
+        rows: u32,
+        n_mats: u32,
+        slots: u32,
+        n_expert: u32,
+        qs_words: u32,
+        staged: u32,
+    ) -> Dims {
+        launch::moe_mma::<P>(rows, n_mats, slots, n_expert, qs_words, staged)
     }
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)

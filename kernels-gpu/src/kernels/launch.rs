@@ -112,6 +112,36 @@ pub const fn moe_sort<P: TargetPolicy>(n_expert: u32) -> Dims {
     }
 }
 
+/// Most token tiles of `tile_n` the `n_slots` slots of `n_expert` experts can make (each
+/// expert's run ends in at most one partial tile): the length of `moe_sort`'s tile table and
+/// the grouped GEMM's grid x.
+pub const fn moe_gemm_tiles(n_slots: u32, n_expert: u32, tile_n: u32) -> u32 {
+    let partial = if n_expert < n_slots {
+        n_expert
+    } else {
+        n_slots
+    };
+    n_slots / tile_n + partial
+}
+
+/// The grouped expert GEMM (`moe_mma_split`) over `n_mats` stacked matrices of `rows` rows per
+/// expert: a block per (token tile of the table, row tile of a matrix).
+pub const fn moe_mma<P: TargetPolicy>(
+    rows: u32,
+    n_mats: u32,
+    n_slots: u32,
+    n_expert: u32,
+    qs_words: u32,
+    staged: u32,
+) -> Dims {
+    Dims {
+        grid_x: moe_gemm_tiles(n_slots, n_expert, P::TILE_N),
+        grid_y: n_mats * div_ceil(rows, P::TILE_M),
+        block: P::GEMM_WARPS * WARP,
+        shared_bytes: crate::kernels::mma::smem_bytes::<P>(qs_words, staged),
+    }
+}
+
 /// The expert-sorted mat-vecs (`moe_swiglu_sorted`, `moe_down_sorted`): one block per sorted
 /// slot along x, per group of `MATVEC_WARPS` rows along y (one row per warp).
 pub const fn moe_sorted<P: TargetPolicy>(slots: u32, rows: u32) -> Dims {

@@ -79,8 +79,6 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     n: u32,
     acc: u32,
 ) {
-    // The warp tile in fragments becomes const generics so accumulators and fragments are
-    // fixed-size register arrays (`policies::check` admits exactly these).
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
     // Row tiles are numbered across the matrices in turn (grid y).
     let mats = [
@@ -103,7 +101,76 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         n,
         acc: acc != 0,
         row0: tile_m * P::TILE_M,
+        // Token tiles run fastest through the grid: the blocks of one weight tile are resident
+        // together and share its bytes in L2, so the weights stream from memory about once.
+        tok0: block_idx() * P::TILE_N,
+        expert_row0: 0,
+        order: core::ptr::null(),
+        order_div: 1,
     };
+    unsafe { tile_for::<P, F>(a) }
+}
+
+/// The grouped GEMM of a mixture-of-experts layer over the route's slots sorted by expert
+/// (`moe::moe_sort`): for each sorted position `p` of expert `e`'s run, slot `s = order[p]`,
+/// `y_m[s] = x[s / order_div] · W_m,eᵀ` (`rows` wide), W_m,e being rows `e·rows ..` of the
+/// stacked `[n_expert·rows, cols]` matrix `m` (`n_mats` of them: 2 for gate and up, 1 for
+/// down). `order_div` is `k` when `x` holds one row per token (gate/up read the token's
+/// activations) and 1 when it holds one per slot (down reads the slot's SwiGLU). Block x takes
+/// token tile x of the `tiles` table `moe_sort` wrote (`[expert, first, end)` sorted positions;
+/// `u32::MAX` past the last tile), block y a row tile of one matrix. The tile body is the dense
+/// GEMM's: only which rows of `x` and `y` a token column reads and writes differ. Launch:
+/// [`launch::moe_mma`](crate::kernels::launch::moe_mma).
+#[allow(clippy::too_many_arguments)] // the entry's parameter list
+pub unsafe fn moe_mma_split<P: TargetPolicy, F: SplitFormat>(
+    w0: *const u32,
+    s0: *const u8,
+    y0: *mut f32,
+    w1: *const u32,
+    s1: *const u8,
+    y1: *mut f32,
+    n_mats: u32,
+    rows: u32,
+    x: *const u32,
+    cols: u32,
+    order: *const u32,
+    order_div: u32,
+    tiles: *const u32,
+) {
+    const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
+    let tile = unsafe { tiles.add(MOE_TILE_WORDS * block_idx() as usize) };
+    let (expert, first, end) = unsafe { (*tile, *tile.add(1), *tile.add(2)) };
+    let tiles_m = rows.div_ceil(P::TILE_M);
+    let m = block_idx_y() / tiles_m;
+    if expert == u32::MAX || m >= n_mats {
+        return; // past the last token tile: the whole block leaves
+    }
+    let (qs, scales, y) = if m == 0 { (w0, s0, y0) } else { (w1, s1, y1) };
+    let a = Args {
+        qs,
+        scales,
+        x,
+        y,
+        rows,
+        cols,
+        n: end,
+        acc: false,
+        row0: (block_idx_y() % tiles_m) * P::TILE_M,
+        tok0: first,
+        expert_row0: expert * rows,
+        order,
+        order_div,
+    };
+    unsafe { tile_for::<P, F>(a) }
+}
+
+/// u32 words of one entry of `moe_sort`'s token-tile table: expert, first and end position.
+pub const MOE_TILE_WORDS: usize = 3;
+
+/// The tile body for the policy's warp tile in fragments, as const generics so accumulators and
+/// fragments are fixed-size register arrays (`policies::check` admits exactly these).
+#[inline(always)]
+unsafe fn tile_for<P: TargetPolicy, F: SplitFormat>(a: Args) {
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
             (1, 2) => tile::<P, F, 1, 2>(a),
@@ -131,6 +198,40 @@ struct Args {
     acc: bool,
     /// The block's first row of its matrix.
     row0: u32,
+    /// The block's first token column: a token `t` of `tok0 .. n`.
+    tok0: u32,
+    /// Where the matrix starts in the weights (an expert's rows of a stacked matrix; else 0).
+    expert_row0: u32,
+    /// Null: token `t` is row `t` of `x` and `y`. Else (grouped GEMM) slot `order[t]`, row
+    /// `order[t] / order_div` of `x` and `order[t]` of `y`.
+    order: *const u32,
+    order_div: u32,
+}
+
+impl Args {
+    /// The row of `x` token column `t` reads.
+    #[inline(always)]
+    fn x_row(&self, t: u32) -> u32 {
+        match self.order.is_null() {
+            true => t,
+            false => unsafe { *self.order.add(t as usize) / self.order_div },
+        }
+    }
+
+    /// The row of `y` token column `t` writes.
+    #[inline(always)]
+    fn y_row(&self, t: u32) -> u32 {
+        match self.order.is_null() {
+            true => t,
+            false => unsafe { *self.order.add(t as usize) },
+        }
+    }
+
+    /// Row `r` of the block's matrix as a row of the weights, clamped to the last valid one.
+    #[inline(always)]
+    fn weight_row(&self, r: u32) -> u32 {
+        self.expert_row0 + r.min(self.rows - 1)
+    }
 }
 
 /// Where one stage lives in shared memory.
@@ -176,7 +277,7 @@ impl Problem {
             let (h, r, j) = (c % hw, (c / hw) % P::TILE_M, c / (hw * P::TILE_M));
             let b = st * kb + j;
             if b < self.nb {
-                let row = (self.row0 + r).min(self.a.rows - 1);
+                let row = self.a.weight_row(self.row0 + r);
                 let src = unsafe {
                     self.a
                         .qs
@@ -197,7 +298,7 @@ impl Problem {
             let (p, t, j) = (c % 4, (c / 4) % P::TILE_N, c / (4 * P::TILE_N));
             let b = st * kb + j;
             if b < self.nb {
-                let tok = (self.tok0 + t).min(self.a.n - 1);
+                let tok = self.a.x_row((self.tok0 + t).min(self.a.n - 1));
                 let src = unsafe {
                     self.a
                         .x
@@ -239,7 +340,7 @@ impl Problem {
         let mut s = [F::Side::default(); MAX_STAGED];
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
-                let row = (self.row0 + r).min(self.a.rows - 1);
+                let row = self.a.weight_row(self.row0 + r);
                 let blk = (row * self.nb + st * kb + j) as usize;
                 s[i] = load_side::<F>(self.a.scales, blk);
             }
@@ -281,13 +382,11 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
         assert!(P::TILE_K / (QK as u32) <= MAX_STAGE_BLOCKS as u32);
     };
     let nb = a.cols / QK as u32;
-    // Token tiles run fastest through the grid: the blocks of one weight tile are resident
-    // together and share its bytes in L2, so the weights stream from memory about once.
     let pr = Problem {
         a,
         nb,
         row0: a.row0,
-        tok0: block_idx() * P::TILE_N,
+        tok0: a.tok0,
     };
     let warps_m = P::TILE_M / P::GEMM_WARP_M;
     let (wr0, wt0) = (
@@ -420,7 +519,8 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
                             let row = pr.row0 + wr0 + 16 * mi as u32 + g + 8 * (i as u32 / 2);
                             let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
                             if row < a.rows && tok < a.n {
-                                let out = unsafe { a.y.add((tok * a.rows + row) as usize) };
+                                let out =
+                                    unsafe { a.y.add((a.y_row(tok) * a.rows + row) as usize) };
                                 unsafe {
                                     *out = if a.acc {
                                         *out + acc[mi][ni][i]

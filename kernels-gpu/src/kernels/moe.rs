@@ -8,6 +8,7 @@
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
 use crate::kernels::matvec::{WeightRow, q8_row, swiglu_rows, warp_dots_in_flight, warp_row_sums};
+use crate::kernels::mma::MOE_TILE_WORDS;
 use policies::TargetPolicy;
 
 /// Most experts [`moe_route`] ranks (each lane holds `MOE_MAX_EXPERTS / 32` logits).
@@ -214,14 +215,22 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
 
 /// Sorts the `n_slots = n·k` route slots by expert: `order` gets the slot indices (`t·k + j`)
 /// of expert 0 in ascending order, then expert 1's, and so on. One block; thread `i` counts
-/// and places experts `i, i + block_dim, ..`; `n_expert ≤ MOE_MAX_EXPERTS`. Launch:
+/// and places experts `i, i + block_dim, ..`; `n_expert ≤ MOE_MAX_EXPERTS`. Also cuts each
+/// expert's run of sorted positions into token tiles of `tile_n` for the grouped GEMM
+/// ([`moe_mma_split`](crate::kernels::mma::moe_mma_split)): `tiles` gets `[expert, first,
+/// end)` per tile, then `u32::MAX` entries up to `max_tiles`
+/// ([`launch::moe_gemm_tiles`](crate::kernels::launch::moe_gemm_tiles)). Launch:
 /// [`launch::moe_sort`](crate::kernels::launch::moe_sort).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn moe_sort<P: TargetPolicy>(
     route: *const f32,
     order: *mut u32,
+    tiles: *mut u32,
     n_slots: u32,
     k: u32,
     n_expert: u32,
+    tile_n: u32,
+    max_tiles: u32,
 ) {
     let start: *mut u32 = shared_mem();
     let expert_of = |s: u32| unsafe { *route.add((s / k * 2 * k + s % k) as usize) as u32 };
@@ -233,11 +242,20 @@ pub unsafe fn moe_sort<P: TargetPolicy>(
     }
     sync_threads();
     if thread_idx() == 0 {
-        let mut at = 0;
-        for e in 0..n_expert as usize {
-            let count = unsafe { *start.add(e) };
-            unsafe { *start.add(e) = at };
+        let (mut at, mut tile) = (0, 0);
+        for e in 0..n_expert {
+            let count = unsafe { *start.add(e as usize) };
+            unsafe { *start.add(e as usize) = at };
+            let mut first = at;
+            while first < at + count && tile < max_tiles {
+                unsafe { write_tile(tiles, tile, [e, first, at + count]) };
+                (first, tile) = (first + tile_n, tile + 1);
+            }
             at += count;
+        }
+        while tile < max_tiles {
+            unsafe { write_tile(tiles, tile, [u32::MAX; MOE_TILE_WORDS]) };
+            tile += 1;
         }
     }
     sync_threads();
@@ -251,6 +269,13 @@ pub unsafe fn moe_sort<P: TargetPolicy>(
             }
         }
         e += block_dim();
+    }
+}
+
+#[inline(always)]
+unsafe fn write_tile(tiles: *mut u32, tile: u32, entry: [u32; MOE_TILE_WORDS]) {
+    for (i, w) in entry.into_iter().enumerate() {
+        unsafe { *tiles.add(tile as usize * MOE_TILE_WORDS + i) = w };
     }
 }
 

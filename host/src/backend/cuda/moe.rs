@@ -4,16 +4,22 @@
 //! Decode runs the slot-major mat-vecs (`moe_swiglu_split`, `moe_down_add_split`). Several
 //! tokens (prefill) first sort their slots by expert on the device (`moe_sort`), then run the
 //! expert-sorted mat-vecs, whose concurrently running blocks share weight rows through L2, and
-//! mix the slots' outputs into the residual (`moe_mix`). Not yet a grouped tensor-core GEMM.
+//! mix the slots' outputs into the residual (`moe_mix`). From `GEMM_MIN_TOKENS` tokens the
+//! experts run as grouped tensor-core GEMMs instead (`kernels::mma::moe_mma_split`): each
+//! expert's sorted slots are token tiles of the dense GEMM's tile body, over that expert's rows.
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_SWIGLU, MOE_SWIGLU_SORTED,
+    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_MMA, MOE_SWIGLU, MOE_SWIGLU_SORTED,
 };
 use kernels_gpu::entries::names;
+use kernels_gpu::kernels::mma::MOE_TILE_WORDS;
 use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
 
-use super::{Cuda, CudaTensor, CudaWeight, Storage, by_format, split_parts, to_u32, u32_arg};
+use super::{
+    Cuda, CudaTensor, CudaWeight, Storage, by_format, gemm_entries, split_parts, to_u32, u32_arg,
+};
+use crate::backend::Backend;
 use crate::backend::Moe;
 use crate::cuda::Arg;
 
@@ -90,27 +96,73 @@ pub(super) fn swiglu_add(
     let (rows_ff, rows_embd) = (to_u32(n_ff, "expert width")?, to_u32(n_embd, "width")?);
     let slots = to_u32(n * k, "token slots")?;
     let k_arg = u32_arg(k, "experts used")?;
-    let act = cuda.tensor(n * k, n_ff)?;
+    let n_expert = u32_arg(moe.n_expert, "experts")?;
     let ((gq, gs), (uq, us)) = (gu[0], gu[1]);
-    // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer).
-    let order = match n > 1 {
+    // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer), and
+    // the sorted runs cut into the grouped GEMM's token tiles.
+    let sorted = match n > 1 {
         true => {
             let order = cuda.tensor(n * k, 1)?;
+            let max_tiles = sh.moe_gemm_tiles(slots, moe.n_expert as u32);
+            let tiles = cuda.tensor(max_tiles as usize * MOE_TILE_WORDS, 1)?;
             cuda.gpu.launch(
                 names::kiln_moe_sort,
                 sh.moe_sort(moe.n_expert as u32),
                 &[
                     route.arg(),
                     order.arg(),
+                    tiles.arg(),
                     Arg::U32(slots),
                     k_arg,
-                    u32_arg(moe.n_expert, "experts")?,
+                    n_expert,
+                    Arg::U32(sh.moe_tile_n()),
+                    Arg::U32(max_tiles),
                 ],
             )?;
-            Some(order)
+            Some((order, tiles))
         }
         false => None,
     };
+    if let Some((order, tiles)) = sorted.as_ref().filter(|_| cuda.gemm_for(n)) {
+        // A prompt: the grouped tensor-core GEMMs, gate and up in one launch.
+        let gemm = |ty, mats: &[(Arg, Arg, &CudaTensor)], rows, x: &CudaTensor, div| {
+            let (_, _, (qs_words, staged)) = gemm_entries(ty);
+            let dims = sh.moe_mma(
+                rows,
+                mats.len() as u32,
+                slots,
+                moe.n_expert as u32,
+                qs_words as u32,
+                staged as u32,
+            );
+            let x16 = cuda.to_f16(x)?; // alive until the launch is issued
+            let mut args = Vec::with_capacity(13);
+            for m in 0..2 {
+                match mats.get(m) {
+                    Some(&(q, s, y)) => args.extend([q, s, y.arg()]),
+                    None => args.extend([Arg::Ptr(0); 3]),
+                }
+            }
+            args.extend([Arg::U32(mats.len() as u32), Arg::U32(rows), x16.arg()]);
+            args.extend([
+                u32_arg(x.cols, "cols")?,
+                order.arg(),
+                Arg::U32(div),
+                tiles.arg(),
+            ]);
+            cuda.gpu.launch(by_format(ty, MOE_MMA), dims, &args)
+        };
+        let (yg, yu) = (cuda.tensor(n * k, n_ff)?, cuda.tensor(n * k, n_ff)?);
+        let gate_up = [(gq.arg(), gs.arg(), &yg), (uq.arg(), us.arg(), &yu)];
+        gemm(ty, &gate_up, rows_ff, h, k as u32)?;
+        let act = cuda.swiglu(&yg, &yu)?;
+        let y = cuda.tensor(n * k, n_embd)?;
+        gemm(*down_ty, &[(dq.arg(), ds.arg(), &y)], rows_embd, &act, 1)?;
+        x.q8 = None;
+        return mix(cuda, x, &y, route, k_arg);
+    }
+    let order = sorted.map(|(order, _)| order);
+    let act = cuda.tensor(n * k, n_ff)?;
     let slot_major = |family, fmt, rows: &[u32], n: usize| {
         let kernel = by_format(fmt, family);
         (
@@ -158,17 +210,24 @@ pub(super) fn swiglu_add(
         args.extend([Arg::U32(rows_embd), Arg::U32(rows_ff), k_arg]);
         cuda.gpu.launch(kernel, dims, &args)
     })?;
-    let Some(y) = y else { return Ok(()) };
-    let len = to_u32(n * n_embd, "residual elements")?;
+    match y {
+        Some(y) => mix(cuda, x, &y, route, k_arg),
+        None => Ok(()),
+    }
+}
+
+/// `x[t] += Σ_j w_j · y[t·k + j]`: the slots' outputs weighed by the route, in route order.
+fn mix(cuda: &Cuda, x: &CudaTensor, y: &CudaTensor, route: &CudaTensor, k: Arg) -> Result<()> {
+    let len = to_u32(x.len(), "residual elements")?;
     cuda.gpu.launch(
         names::kiln_moe_mix,
-        sh.flat(len),
+        cuda.gpu.shapes().flat(len),
         &[
             y.arg(),
             route.arg(),
             x.arg(),
-            Arg::U32(rows_embd),
-            k_arg,
+            u32_arg(x.cols, "width")?,
+            k,
             Arg::U32(len),
         ],
     )
