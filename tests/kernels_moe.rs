@@ -477,10 +477,15 @@ fn gemm_case(fmt: BlockFormat) -> impl Strategy<Value = GemmCase> {
     // Small: the host executor runs every mma as a warp exchange between OS threads.
     let gr = fmt.group() as u32;
     let max_blocks: u32 = if gr > 1 { 1 } else { 3 };
+    // Mostly short runs (≤ 12 slots an expert: the later warp columns of a tile idle); some
+    // long ones (up to 150 tokens over 1–2 experts): every warp column live, and runs of more
+    // than one token tile (64 on sm_80/sm_121, 128 on sm_90).
+    let shape = prop_oneof![
+        4 => (1..=12u32, 1..=4u32, 1..=3u32),
+        1 => (60..=150u32, 1..=2u32, Just(1u32)),
+    ];
     (
-        1..=12u32,
-        1..=4u32,
-        1..=3u32,
+        shape,
         1..=max_blocks,
         // 129: two row tiles of 128 (Hopper), the second one row.
         prop_oneof![4 => 1..=20u32, 1 => Just(129u32)],
@@ -488,7 +493,7 @@ fn gemm_case(fmt: BlockFormat) -> impl Strategy<Value = GemmCase> {
         seed(),
     )
         .prop_map(
-            move |(n, n_expert, k, blocks, rows, gate_up, seed)| GemmCase {
+            move |((n, n_expert, k), blocks, rows, gate_up, seed)| GemmCase {
                 fmt,
                 n,
                 n_expert,

@@ -108,7 +108,7 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         order: core::ptr::null(),
         order_div: 1,
     };
-    unsafe { tile_for::<P, F>(a) }
+    unsafe { tile_for::<P, F, false>(a) }
 }
 
 /// The grouped GEMM of a mixture-of-experts layer over the route's slots sorted by expert
@@ -161,7 +161,7 @@ pub unsafe fn moe_mma_split<P: TargetPolicy, F: SplitFormat>(
         order,
         order_div,
     };
-    unsafe { tile_for::<P, F>(a) }
+    unsafe { tile_for::<P, F, true>(a) }
 }
 
 /// u32 words of one entry of `moe_sort`'s token-tile table: expert, first and end position.
@@ -170,18 +170,18 @@ pub const MOE_TILE_WORDS: usize = 3;
 /// The tile body for the policy's warp tile in fragments, as const generics so accumulators and
 /// fragments are fixed-size register arrays (`policies::check` admits exactly these).
 #[inline(always)]
-unsafe fn tile_for<P: TargetPolicy, F: SplitFormat>(a: Args) {
+unsafe fn tile_for<P: TargetPolicy, F: SplitFormat, const GROUPED: bool>(a: Args) {
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
-            (1, 2) => tile::<P, F, 1, 2>(a),
-            (1, 4) => tile::<P, F, 1, 4>(a),
-            (1, 8) => tile::<P, F, 1, 8>(a),
-            (2, 2) => tile::<P, F, 2, 2>(a),
-            (2, 4) => tile::<P, F, 2, 4>(a),
-            (2, 8) => tile::<P, F, 2, 8>(a),
-            (4, 2) => tile::<P, F, 4, 2>(a),
-            (4, 4) => tile::<P, F, 4, 4>(a),
-            _ => tile::<P, F, 4, 8>(a),
+            (1, 2) => tile::<P, F, 1, 2, GROUPED>(a),
+            (1, 4) => tile::<P, F, 1, 4, GROUPED>(a),
+            (1, 8) => tile::<P, F, 1, 8, GROUPED>(a),
+            (2, 2) => tile::<P, F, 2, 2, GROUPED>(a),
+            (2, 4) => tile::<P, F, 2, 4, GROUPED>(a),
+            (2, 8) => tile::<P, F, 2, 8, GROUPED>(a),
+            (4, 2) => tile::<P, F, 4, 2, GROUPED>(a),
+            (4, 4) => tile::<P, F, 4, 4, GROUPED>(a),
+            _ => tile::<P, F, 4, 8, GROUPED>(a),
         }
     }
 }
@@ -371,7 +371,15 @@ impl Problem {
 
 /// The kernel body for a warp tile of `MI × NI` mma tiles (16 rows × 8 tokens each).
 #[inline(always)]
-unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize>(a: Args) {
+unsafe fn tile<
+    P: TargetPolicy,
+    F: SplitFormat,
+    const MI: usize,
+    const NI: usize,
+    const GROUPED: bool,
+>(
+    a: Args,
+) {
     let kb = P::TILE_K / QK as u32;
     const {
         assert!(P::TILE_M * P::TILE_K / (QK as u32) <= (MAX_STAGED as u32) * P::GEMM_WARPS * WARP);
@@ -396,6 +404,12 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
     let hw = F::QS_WORDS as u32 / 4;
     let (g, t) = (lane() / 4, lane() % 4);
     let stages = nb.div_ceil(kb);
+    // The grouped GEMM's token tiles are an expert's run, often far shorter than TILE_N: a warp
+    // whose tokens all lie past it skips its dequantization and mma (warp-uniform; the loads
+    // and barriers still run for all). Skipping per 8-token mma tile as well measured +30
+    // registers in ptxas (sm_90: 124 → 159, one block per SM), so not done. The dense GEMM,
+    // whose only short tile is its last, is compiled without the test.
+    let warp_live = !GROUPED || pr.tok0 + wt0 < a.n;
 
     // Prologue: the first STAGES − 1 stages in flight. One commit per stage, empty or not, so
     // "stage st has landed" is always "at most STAGES − 2 newer groups are pending".
@@ -433,8 +447,8 @@ unsafe fn tile<P: TargetPolicy, F: SplitFormat, const MI: usize, const NI: usize
             #[inline(always)]
             |j| {
                 let j = j as u32;
-                if j >= kb || st * kb + j >= nb {
-                    return; // the same for the whole block: the k tail
+                if j >= kb || st * kb + j >= nb || !warp_live {
+                    return; // the same for the whole block (the k tail) or warp
                 }
                 // A fragments of both k-steps: a[mi][s] = (row g, pair 0), (g+8, pair 0), (g, pair 1),
                 // (g+8, pair 1), dequantized once and used by all NI token tiles.
