@@ -259,7 +259,7 @@ fn sort_slots(
     ];
     dev.launch(
         names::kiln_moe_sort,
-        dev.shapes().moe_sort(n_expert as u32),
+        dev.shapes().moe_sort(n_expert as u32, n_slots as u32),
         &args,
     );
     let got = download::<u32>(dev, &order_b);

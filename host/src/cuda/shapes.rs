@@ -45,7 +45,7 @@ pub trait LaunchShapes: Send + Sync {
     /// One warp per row (`moe_route`).
     fn per_warp(&self, rows: u32) -> Dims;
     /// The route's slots sorted by expert (`moe_sort`).
-    fn moe_sort(&self, n_expert: u32) -> Dims;
+    fn moe_sort(&self, n_expert: u32, n_slots: u32) -> Dims;
     /// Expert-sorted mat-vecs over `slots` slots of `rows` outputs.
     fn moe_sorted(&self, slots: u32, rows: u32) -> Dims;
     /// Entries of `moe_sort`'s token-tile table for `slots` slots of `n_expert` experts.
@@ -151,8 +151,8 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn per_warp(&self, rows: u32) -> Dims {
         launch::per_warp::<P>(rows)
     }
-    fn moe_sort(&self, n_expert: u32) -> Dims {
-        launch::moe_sort::<P>(n_expert)
+    fn moe_sort(&self, n_expert: u32, n_slots: u32) -> Dims {
+        launch::moe_sort::<P>(n_expert, n_slots)
     }
     fn moe_sorted(&self, slots: u32, rows: u32) -> Dims {
         launch::moe_sorted::<P>(slots, rows)

@@ -102,13 +102,13 @@ pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     }
 }
 
-/// `moe_sort`: one block, a `u32` of shared memory per expert.
-pub const fn moe_sort<P: TargetPolicy>(n_expert: u32) -> Dims {
+/// `moe_sort`: one block, a `u32` of shared memory per expert and a byte per slot.
+pub const fn moe_sort<P: TargetPolicy>(n_expert: u32, n_slots: u32) -> Dims {
     Dims {
         grid_x: 1,
         grid_y: 1,
         block: P::ROW_THREADS,
-        shared_bytes: 4 * n_expert,
+        shared_bytes: crate::kernels::moe::moe_sort_smem(n_expert, n_slots),
     }
 }
 

@@ -105,9 +105,15 @@ pub(super) fn swiglu_add(
             let order = cuda.tensor(n * k, 1)?;
             let max_tiles = sh.moe_gemm_tiles(slots, moe.n_expert as u32);
             let tiles = cuda.tensor(max_tiles as usize * MOE_TILE_WORDS, 1)?;
+            let dims = sh.moe_sort(moe.n_expert as u32, slots);
+            ensure!(
+                dims.shared_bytes <= sh.max_shared_bytes(),
+                "mixture of experts: {n} tokens × {k} experts are {slots} slots, more than one expert sort holds ({} bytes of shared memory); use shorter prompt chunks",
+                sh.max_shared_bytes()
+            );
             cuda.gpu.launch(
                 names::kiln_moe_sort,
-                sh.moe_sort(moe.n_expert as u32),
+                dims,
                 &[
                     route.arg(),
                     order.arg(),
