@@ -893,6 +893,14 @@ fn moe_on_cuda_host_grid_matches_cpu_backend() {
         let got = prefill_all(&cuda, &file, short);
         let what = format!("{ty:?} MoE prefill (sorted mat-vecs), CUDA-on-host vs CPU");
         assert_positions_close(&want, &got, 1e-4, &what);
+        // The full prompt with the grouped GEMM switched off (`KILN_MOE_GEMM=0`): the experts
+        // take the sorted mat-vecs, the dense projections still their GEMM; against the CPU
+        // in f32 activations, as the first prefill check.
+        let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
+        let matvecs = Cuda::host::<policies::Hopper>().with_moe_gemm(false);
+        let got = prefill_all(&matvecs, &file, &TOKENS);
+        let what = format!("{ty:?} MoE prefill (GEMM off), CUDA-on-host vs CPU");
+        assert_positions_close(&want, &got, 1e-2, &what);
     }
 }
 

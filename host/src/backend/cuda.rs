@@ -99,6 +99,9 @@ pub struct Cuda {
     /// Split-KV attention's pass 1 on tensor cores in the default (Q8_1) mode;
     /// `KILN_ATTN_MMA=0` keeps the f32 kernel (the A/B switch).
     attention_mma: bool,
+    /// A prompt's experts as grouped tensor-core GEMMs; `KILN_MOE_GEMM=0` keeps the
+    /// expert-sorted Q8_1 mat-vecs (the A/B switch).
+    pub(super) moe_gemm: bool,
 }
 
 impl Cuda {
@@ -111,6 +114,7 @@ impl Cuda {
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
             attention_mma: std::env::var("KILN_ATTN_MMA").map_or(true, |v| v != "0"),
+            moe_gemm: std::env::var("KILN_MOE_GEMM").map_or(true, |v| v != "0"),
             ..Self::on(Gpu::new(modules, ordinal)?)?
         })
     }
@@ -145,6 +149,7 @@ impl Cuda {
             matvec_wide: true,
             matvec3_wide: true,
             attention_mma: true,
+            moe_gemm: true,
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -233,6 +238,14 @@ impl Cuda {
     /// with the CPU backend's attention to float rounding.
     pub fn with_attention_mma(mut self, on: bool) -> Self {
         self.attention_mma = on;
+        self
+    }
+
+    /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
+    /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
+    /// default mode to float rounding.
+    pub fn with_moe_gemm(mut self, on: bool) -> Self {
+        self.moe_gemm = on;
         self
     }
 

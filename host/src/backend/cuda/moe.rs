@@ -129,7 +129,10 @@ pub(super) fn swiglu_add(
         }
         false => None,
     };
-    if let Some((order, tiles)) = sorted.as_ref().filter(|_| cuda.gemm_for(n)) {
+    if let Some((order, tiles)) = sorted
+        .as_ref()
+        .filter(|_| cuda.moe_gemm && cuda.gemm_for(n))
+    {
         // A prompt: the grouped tensor-core GEMMs, gate and up in one launch.
         let gemm = |ty, mats: &[(Arg, Arg, &CudaTensor)], rows, x: &CudaTensor, div| {
             let (_, _, (qs_words, staged)) = gemm_entries(ty);
