@@ -582,7 +582,71 @@ fn moe_gemm(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// [`gemm_case`]'s shapes with few tokens and rows: a mat-vec launch is a block row per slot,
+/// each a set of OS threads on the host executor.
+fn f32x_case(fmt: BlockFormat) -> impl Strategy<Value = GemmCase> {
+    gemm_case(fmt).prop_map(|c| GemmCase {
+        n: c.n.min(6),
+        rows: c.rows.min(33),
+        ..c
+    })
+}
+
+/// `moe_matvec_f32x` (the `--f32-activations` expert mat-vec) against float64 on the exact
+/// weights and f32 activations: for every slot, its expert's rows times its token's row
+/// (`div = k`, gate/up) or its own row (`div = 1`, down).
+fn moe_matvec_f32x(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let (cols, rows) = (c.blocks as usize * QK, c.rows as usize);
+    let mut g = Gen::new(c.seed);
+    let (route, slots) = random_route(&mut g, n, ne, k);
+    let (x_rows, div) = if c.gate_up { (n, k) } else { (n * k, 1) };
+    let x = g.activations(x_rows, cols);
+    let (gguf, qs_b, sc_b) = experts(dev, &mut g, c.fmt, ne * rows, cols);
+    let (route_b, x_b) = (upload(dev, &route), upload(dev, &x));
+    let y_b = poisoned::<f32>(dev, n * k * rows, 0xff);
+    let args = [
+        qs_b.arg(),
+        sc_b.arg(),
+        x_b.arg(),
+        route_b.arg(),
+        y_b.arg(),
+        Arg::U32(rows as u32),
+        Arg::U32(cols as u32),
+        Arg::U32(k as u32),
+        Arg::U32(div as u32),
+    ];
+    let dims = groups(dev, rows, n * k, Some(1 + (c.seed % 3) as u32));
+    dev.launch(families::MOE_MATVEC_F32X[c.fmt as usize], dims, &args);
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "moe_matvec_f32x output", &y)?;
+    let w = r::dequantize(c.fmt, &gguf, ne * rows, cols);
+    let xd = r::widen(&x);
+    let (mut want, mut mag) = (Vec::new(), Vec::new());
+    for (s, &(e, _)) in slots.iter().enumerate() {
+        let xr = &xd[s / div * cols..(s / div + 1) * cols];
+        for i in 0..rows {
+            let wr = &w[(e * rows + i) * cols..(e * rows + i + 1) * cols];
+            let (d, a) = wr.iter().zip(xr).fold((0f64, 0f64), |(d, a), (&w, &x)| {
+                (d + w * x, a + (w * x).abs())
+            });
+            want.push(d);
+            mag.push(a);
+        }
+    }
+    check_err(
+        dev,
+        "moe_matvec_f32x",
+        r::err_vs_magnitude(&y, &want, &mag),
+        1e-5,
+    )
+}
+
 kernel_properties! {
+    // The per-format f32 block dot is `kernels_matvec.rs`'s (all six formats); here the routing
+    // around it, on one legacy and one K format.
+    host_moe_matvec_f32x_q4_0, gpu_moe_matvec_f32x_q4_0: f32x_case(BlockFormat::Q4_0) => moe_matvec_f32x;
+    host_moe_matvec_f32x_q4k, gpu_moe_matvec_f32x_q4k: f32x_case(BlockFormat::Q4K) => moe_matvec_f32x;
     host_moe_sort, gpu_moe_sort: sort_case() => moe_sort;
     host_moe_mma_q4_0, gpu_moe_mma_q4_0: gemm_case(BlockFormat::Q4_0) => moe_gemm;
     host_moe_mma_q4_1, gpu_moe_mma_q4_1: gemm_case(BlockFormat::Q4_1) => moe_gemm;

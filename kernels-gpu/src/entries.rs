@@ -224,6 +224,12 @@ kernel_table! {
     kiln_moe_mma_q6k = mma::moe_mma_split [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
     kiln_moe_mma_q5k = mma::moe_mma_split [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
     kiln_moe_mma_q4k = mma::moe_mma_split [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_matvec_f32x_q4_0 = moe::moe_matvec_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
+    kiln_moe_matvec_f32x_q4_1 = moe::moe_matvec_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
+    kiln_moe_matvec_f32x_q8_0 = moe::moe_matvec_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
+    kiln_moe_matvec_f32x_q6k = moe::moe_matvec_f32x [formats::Q6K] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
+    kiln_moe_matvec_f32x_q5k = moe::moe_matvec_f32x [formats::Q5K] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
+    kiln_moe_matvec_f32x_q4k = moe::moe_matvec_f32x [formats::Q4K] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
     kiln_moe_mix = moe::moe_mix [] (y: *const f32, route: *const f32, x: *mut f32, cols: u32, k: u32, len: u32);
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
@@ -338,6 +344,14 @@ pub mod families {
         names::kiln_moe_swiglu_sorted_q6k,
         names::kiln_moe_swiglu_sorted_q5k,
         names::kiln_moe_swiglu_sorted_q4k,
+    ];
+    pub const MOE_MATVEC_F32X: FormatEntries = [
+        names::kiln_moe_matvec_f32x_q4_0,
+        names::kiln_moe_matvec_f32x_q4_1,
+        names::kiln_moe_matvec_f32x_q8_0,
+        names::kiln_moe_matvec_f32x_q6k,
+        names::kiln_moe_matvec_f32x_q5k,
+        names::kiln_moe_matvec_f32x_q4k,
     ];
     pub const MOE_MMA: FormatEntries = [
         names::kiln_moe_mma_q4_0,

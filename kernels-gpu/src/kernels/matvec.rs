@@ -569,23 +569,35 @@ pub unsafe fn matvec_split_f32x<P: TargetPolicy, F: SplitFormat>(
         block_idx_y() as usize,
         rows as usize,
     );
-    let x_row = unsafe { x.add(t * cols as usize) } as *const u32;
-    let lane_part = |row: usize| {
-        let mut acc = 0.0;
-        let mut b = lane() as usize;
-        while b < nb {
-            let w = unsafe { load_block_quants::<F>(qs.add((row * nb + b) * F::QS_WORDS)) };
-            let mut xv = [0f32; 32];
-            unroll::<8>(|k| {
-                let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
-                unroll::<4>(|j| xv[4 * k + j] = f32::from_bits(v[j]));
-            });
-            acc += F::block_dot_f32(&w, load_side::<F>(scales, row * nb + b), &xv);
-            b += WARP as usize;
-        }
-        acc
-    };
+    let x_row = unsafe { x.add(t * cols as usize) };
+    let lane_part = |row: usize| unsafe { lane_dot_f32x::<F>(qs, scales, row, x_row, nb) };
     unsafe { warp_row_sums::<P>(y.add(t * rows), rows, lane_part) }
+}
+
+/// This lane's share of row `row` (split layout `F`, `nb` blocks) dotted with the f32 row
+/// `x_row` (16-byte aligned): blocks `lane, lane + 32, ..`, each dequantized in registers.
+#[inline(always)]
+pub(crate) unsafe fn lane_dot_f32x<F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    row: usize,
+    x_row: *const f32,
+    nb: usize,
+) -> f32 {
+    let x_row = x_row as *const u32;
+    let mut acc = 0.0;
+    let mut b = lane() as usize;
+    while b < nb {
+        let w = unsafe { load_block_quants::<F>(qs.add((row * nb + b) * F::QS_WORDS)) };
+        let mut xv = [0f32; 32];
+        unroll::<8>(|k| {
+            let v = unsafe { ld_nc_v4(x_row.add(b * 32 + 4 * k)) };
+            unroll::<4>(|j| xv[4 * k + j] = f32::from_bits(v[j]));
+        });
+        acc += F::block_dot_f32(&w, load_side::<F>(scales, row * nb + b), &xv);
+        b += WARP as usize;
+    }
+    acc
 }
 
 /// `y` (`n × rows`) = `x` (`n × cols` f32) · Wᵀ with W f16 (`rows × cols`, 16-byte aligned,

@@ -7,7 +7,9 @@
 //! only offset the row they read, the split layout is the dense one.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
-use crate::kernels::matvec::{WeightRow, q8_row, swiglu_rows, warp_dots_in_flight, warp_row_sums};
+use crate::kernels::matvec::{
+    WeightRow, lane_dot_f32x, q8_row, swiglu_rows, warp_dots_in_flight, warp_row_sums,
+};
 use crate::kernels::mma::MOE_TILE_WORDS;
 use policies::TargetPolicy;
 
@@ -204,6 +206,39 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
         }
         group += grid_dim() as usize;
     }
+}
+
+// --- f32 activations (`--f32-activations`) -------------------------------------------------
+
+/// `y[s] = x[s / div] · W_eᵀ` (`rows` wide) for every route slot `s = t·k + j` (block row),
+/// `e` the expert in slot `j` of token `t`'s route and W stacked `[n_expert·rows, cols]` in
+/// split layout `F`; `x` f32, not quantized (as `matvec::matvec_split_f32x`). `div` is `k`
+/// when `x` has a row per token (gate, up) and 1 when it has one per slot (down). Launch:
+/// [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows /
+/// MATVEC_WARPS⌉ and `n·k` rows.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn moe_matvec_f32x<P: TargetPolicy, F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    x: *const f32,
+    route: *const f32,
+    y: *mut f32,
+    rows: u32,
+    cols: u32,
+    k: u32,
+    div: u32,
+) {
+    let (nb, slot, k) = (
+        (cols / QK as u32) as usize,
+        block_idx_y() as usize,
+        k as usize,
+    );
+    let (rows, e) = (rows as usize, unsafe {
+        routed_expert(route, k, slot / k, slot % k)
+    });
+    let x_row = unsafe { x.add(slot / div as usize * cols as usize) };
+    let lane_part = |r: usize| unsafe { lane_dot_f32x::<F>(qs, scales, e * rows + r, x_row, nb) };
+    unsafe { warp_row_sums::<P>(y.add(slot * rows), rows, lane_part) }
 }
 
 // --- Prefill: slots sorted by expert ------------------------------------------------------

@@ -10,7 +10,7 @@
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_MMA, MOE_SWIGLU, MOE_SWIGLU_SORTED,
+    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_MATVEC_F32X, MOE_MMA, MOE_SWIGLU, MOE_SWIGLU_SORTED,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::mma::MOE_TILE_WORDS;
@@ -21,7 +21,7 @@ use super::{
 };
 use crate::backend::Backend;
 use crate::backend::Moe;
-use crate::cuda::Arg;
+use crate::cuda::{Arg, DBuf};
 
 pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaTensor> {
     moe.check_logits(logits)?;
@@ -58,10 +58,6 @@ pub(super) fn swiglu_add(
     down: &CudaWeight,
     moe: &Moe,
 ) -> Result<()> {
-    ensure!(
-        !cuda.f32_activations,
-        "mixture-of-experts layers on CUDA need the default 8-bit activations (drop --f32-activations, or use --device cpu)"
-    );
     let Some((ty, gu)) = split_parts(&[gate, up]) else {
         bail!(
             "tensors {} and {}: CUDA experts need one quantized block format for both (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)",
@@ -98,6 +94,32 @@ pub(super) fn swiglu_add(
     let k_arg = u32_arg(k, "experts used")?;
     let n_expert = u32_arg(moe.n_expert, "experts")?;
     let ((gq, gs), (uq, us)) = (gu[0], gu[1]);
+    if cuda.f32_activations {
+        // Every slot's three expert mat-vecs over f32 activations (the CPU backend's
+        // `--f32-activations` arithmetic), then the slots mixed in route order.
+        let matvec = |(qs, scales): (&DBuf<u8>, &DBuf<u8>), ty, x: &CudaTensor, rows, div| {
+            let kernel = by_format(ty, MOE_MATVEC_F32X);
+            let dims = cuda
+                .gpu
+                .one_wave(kernel, sh.matvec_multi(&[rows], slots, sms));
+            let y = cuda.tensor(n * k, rows as usize)?;
+            let args = [qs.arg(), scales.arg(), x.arg(), route.arg(), y.arg()];
+            let dims_args = [
+                Arg::U32(rows),
+                u32_arg(x.cols, "cols")?,
+                k_arg,
+                Arg::U32(div),
+            ];
+            cuda.gpu
+                .launch(kernel, dims, &[&args[..], &dims_args[..]].concat())?;
+            Ok::<_, anyhow::Error>(y)
+        };
+        let g = matvec((gq, gs), ty, h, rows_ff, k as u32)?;
+        let u = matvec((uq, us), ty, h, rows_ff, k as u32)?;
+        let y = matvec((dq, ds), *down_ty, &cuda.swiglu(&g, &u)?, rows_embd, 1)?;
+        x.q8 = None;
+        return mix(cuda, x, &y, route, k_arg);
+    }
     // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer), and
     // the sorted runs cut into the grouped GEMM's token tiles.
     let sorted = match n > 1 {
