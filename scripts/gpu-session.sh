@@ -74,10 +74,17 @@ PY
       echo "== tiny-qwen3moe: CPU vs CUDA"
       M=/tmp/tiny-qwen3moe.gguf
       $G/xtask gen-model --preset tiny-qwen3moe --quant q4_0 --out $M 2>&1 | tail -1
-      $G/xtask compare-backends --lockstep 1e-3 -m $M -n 16 -p "Hello world" -p "The experts are" 2>&1 \
+      # The long prompt (>= GEMM_MIN_TOKENS) takes the grouped expert GEMM; the short ones the
+      # expert-sorted mat-vecs; KILN_MOE_GEMM=0 and --f32-activations the other two paths.
+      LONG="The experts are routed by a small softmax gate over every token of this prompt"
+      $G/xtask compare-backends --lockstep 1e-3 -m $M -n 16 -p "Hello world" -p "The experts are" -p "$LONG" 2>&1 \
         | grep -v "rel err by position" | tee "$OUT/moe_compare.txt"
-      $G/xtask compare-backends -m $M -n 16 -p "Hello world" -p "The experts are" 2>&1 \
+      $G/xtask compare-backends -m $M -n 16 -p "Hello world" -p "The experts are" -p "$LONG" 2>&1 \
         | grep -v "rel err by position" | tee -a "$OUT/moe_compare.txt"
+      KILN_MOE_GEMM=0 $G/xtask compare-backends -m $M -n 16 -p "$LONG" 2>&1 \
+        | grep -v "rel err by position" | sed 's/^/[moe gemm off] /' | tee -a "$OUT/moe_compare.txt"
+      $G/xtask compare-backends --f32-activations --lockstep 1e-4 -m $M -n 16 -p "$LONG" 2>&1 \
+        | grep -v "rel err by position" | sed 's/^/[f32 activations] /' | tee -a "$OUT/moe_compare.txt"
       for d in cpu cuda; do
         $G/kiln generate -m $M -p "The experts are" -n 32 --temp 0 --ignore-eos --device $d --json > "$OUT/moe_$d.json" 2> "$OUT/moe_$d.err" \
           || { echo "$d failed:"; cat "$OUT/moe_$d.err"; }
