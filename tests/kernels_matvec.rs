@@ -455,14 +455,7 @@ kernel_properties! {
 /// Model-sized shapes (thousands of rows, up to 8192 columns): GPU only.
 #[test]
 fn gpu_matvec_large() {
-    let formats = prop::sample::select(vec![
-        BlockFormat::Q4_0,
-        BlockFormat::Q4_1,
-        BlockFormat::Q8_0,
-        BlockFormat::Q6K,
-        BlockFormat::Q5K,
-        BlockFormat::Q4K,
-    ]);
+    let formats = prop::sample::select(common::ALL_FORMATS.to_vec());
     let wave = prop_oneof![Just(None), (1..=200u32).prop_map(Some)];
     let case = (
         formats,

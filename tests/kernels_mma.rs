@@ -232,14 +232,7 @@ kernel_properties! {
 /// Model-sized shapes (thousands of rows, up to 4096 columns, hundreds of tokens): GPU only.
 #[test]
 fn gpu_mma_large() {
-    let formats = prop::sample::select(vec![
-        BlockFormat::Q4_0,
-        BlockFormat::Q4_1,
-        BlockFormat::Q8_0,
-        BlockFormat::Q6K,
-        BlockFormat::Q5K,
-        BlockFormat::Q4K,
-    ]);
+    let formats = prop::sample::select(common::ALL_FORMATS.to_vec());
     let case = (
         formats,
         length(3000),

@@ -561,22 +561,32 @@ fn moe_gemm(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseError> {
         let y = download::<f32>(dev, y_b);
         check_written(dev, "moe_mma output", &y)?;
         let w16 = r::gemm_weights_f16(c.fmt, gguf, ne * rows, cols);
-        for (s, &(e, _)) in slots.iter().enumerate() {
+        // Every output of a small case; a spread sample (and the last) of a model-sized one.
+        const CHECKED: usize = 8192;
+        let total = slots.len() * rows;
+        let picked: Vec<usize> = match total <= CHECKED {
+            true => (0..total).collect(),
+            false => (0..CHECKED)
+                .map(|i| i * 7919 % total)
+                .chain([total - 1])
+                .collect(),
+        };
+        for at in picked {
+            let (s, i) = (at / rows, at % rows);
+            let e = slots[s].0;
             let xr = &x16[(s / div) * cols..(s / div + 1) * cols];
-            for i in 0..rows {
-                let wr = &w16[(e * rows + i) * cols..(e * rows + i + 1) * cols];
-                let (want, abs) = wr.iter().zip(xr).fold((0f64, 0f64), |(s, a), (&w, &x)| {
-                    (s + w * x, a + (w * x).abs())
-                });
-                // f32 accumulation of exact products over 2 mma steps per block.
-                let bound = (2 * c.blocks as usize + 8) as f64 * 2f64.powi(-22) * abs + 1e-30;
-                let got = y[s * rows + i] as f64;
-                prop_assert!(
-                    (got - want).abs() <= bound,
-                    "{}: matrix {m} slot {s} (expert {e}) row {i}: {got} vs f64 {want} (bound {bound:.2e})",
-                    dev.label()
-                );
-            }
+            let wr = &w16[(e * rows + i) * cols..(e * rows + i + 1) * cols];
+            let (want, abs) = wr.iter().zip(xr).fold((0f64, 0f64), |(s, a), (&w, &x)| {
+                (s + w * x, a + (w * x).abs())
+            });
+            // f32 accumulation of exact products over 2 mma steps per block.
+            let bound = (2 * c.blocks as usize + 8) as f64 * 2f64.powi(-22) * abs + 1e-30;
+            let got = y[s * rows + i] as f64;
+            prop_assert!(
+                (got - want).abs() <= bound,
+                "{}: matrix {m} slot {s} (expert {e}) row {i}: {got} vs f64 {want} (bound {bound:.2e})",
+                dev.label()
+            );
         }
     }
     Ok(())
@@ -662,4 +672,34 @@ kernel_properties! {
     host_moe_ffn_q6k, gpu_moe_ffn_q6k: ffn_case(BlockFormat::Q6K) => moe_ffn;
     host_moe_ffn_q5k, gpu_moe_ffn_q5k: ffn_case(BlockFormat::Q5K) => moe_ffn;
     host_moe_ffn_q4k, gpu_moe_ffn_q4k: ffn_case(BlockFormat::Q4K) => moe_ffn;
+}
+
+/// The grouped GEMM at model-like shapes (hundreds of tokens, up to 32 experts of up to 512
+/// rows, up to 1024 columns, up to 8 experts per token): GPU only.
+#[test]
+fn gpu_moe_mma_large() {
+    let formats = prop::sample::select(common::ALL_FORMATS.to_vec());
+    let case = (
+        formats,
+        1..=512u32,
+        2..=32u32,
+        1..=8u32,
+        1..=32u32,
+        1..=512u32,
+        any::<bool>(),
+        seed(),
+    )
+        .prop_map(
+            |(fmt, n, n_expert, k, blocks, rows, gate_up, seed)| GemmCase {
+                fmt,
+                n,
+                n_expert,
+                k: k.min(n_expert),
+                blocks: blocks.next_multiple_of(fmt.group() as u32),
+                rows,
+                gate_up,
+                seed,
+            },
+        );
+    common::run_gpu("gpu_moe_mma_large", 16, case, moe_gemm);
 }

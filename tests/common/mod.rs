@@ -363,6 +363,12 @@ pub fn quantize_q8_1(
     Ok((xq_b, xds_b, xq, xds))
 }
 
+/// Every split block format the GPU kernels take, for strategies that pick one.
+pub const ALL_FORMATS: [reference::BlockFormat; 6] = {
+    use reference::BlockFormat as B;
+    [B::Q4_0, B::Q4_1, B::Q8_0, B::Q6K, B::Q5K, B::Q4K]
+};
+
 /// Quant and staged-scale u32 words per block of `fmt`'s split layout (`SplitFormat::QS_WORDS`,
 /// `STAGED_WORDS`): what the GEMM launch shapes size shared memory by.
 pub fn gemm_words(fmt: reference::BlockFormat) -> (u32, u32) {
