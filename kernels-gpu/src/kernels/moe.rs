@@ -121,6 +121,13 @@ unsafe fn routed_expert(route: *const f32, k: usize, t: usize, j: usize) -> usiz
     unsafe { *route.add(t * 2 * k + j) as usize }
 }
 
+/// Route slot `slot = t·k + j`'s token `t` and the expert `e` in it.
+#[inline(always)]
+unsafe fn slot_expert(route: *const f32, k: usize, slot: usize) -> (usize, usize) {
+    let t = slot / k;
+    (t, unsafe { routed_expert(route, k, t, slot % k) })
+}
+
 /// The mixing weight of slot `j` of token `t`'s route.
 #[inline(always)]
 unsafe fn routed_weight(route: *const f32, k: usize, t: usize, j: usize) -> f32 {
@@ -152,8 +159,7 @@ pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
         block_idx_y() as usize,
         k as usize,
     );
-    let (t, rows) = (slot / k, rows as usize);
-    let e = unsafe { routed_expert(route, k, t, slot % k) };
+    let ((t, e), rows) = (unsafe { slot_expert(route, k, slot) }, rows as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
     unsafe { swiglu_rows::<P, F>(gate, up, x, act.add(slot * rows), e * rows, rows, nb) }
@@ -233,9 +239,7 @@ pub unsafe fn moe_matvec_f32x<P: TargetPolicy, F: SplitFormat>(
         block_idx_y() as usize,
         k as usize,
     );
-    let (rows, e) = (rows as usize, unsafe {
-        routed_expert(route, k, slot / k, slot % k)
-    });
+    let (rows, (_, e)) = (rows as usize, unsafe { slot_expert(route, k, slot) });
     let x_row = unsafe { x.add(slot / div as usize * cols as usize) };
     let lane_part = |r: usize| unsafe { lane_dot_f32x::<F>(qs, scales, e * rows + r, x_row, nb) };
     unsafe { warp_row_sums::<P>(y.add(slot * rows), rows, lane_part) }
@@ -361,8 +365,7 @@ unsafe fn sorted_dots<P: TargetPolicy, F: SplitFormat, const R: usize>(
     act_row: impl Fn(usize, usize) -> (*const u32, *const f32),
 ) -> (usize, usize, bool, [f32; R]) {
     let slot = unsafe { *order.add(block_idx() as usize) } as usize;
-    let t = slot / k;
-    let e = unsafe { routed_expert(route, k, t, slot % k) };
+    let (t, e) = unsafe { slot_expert(route, k, slot) };
     let row = (block_idx_y() * P::MATVEC_WARPS + warp_id()) as usize;
     let live = row < rows;
     let w = mats.map(|(qs, scales)| WeightRow {
