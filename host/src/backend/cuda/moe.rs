@@ -120,13 +120,19 @@ pub(super) fn swiglu_add(
         x.q8 = None;
         return mix(cuda, x, &y, route, k_arg);
     }
-    // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer), and
-    // the sorted runs cut into the grouped GEMM's token tiles.
+    // Several tokens: their slots sorted by expert (u32 indices in an f32-sized buffer), and,
+    // for a prompt long enough for the grouped GEMM, the sorted runs cut into its token tiles.
+    let grouped = cuda.moe_gemm && cuda.gemm_for(n);
     let sorted = match n > 1 {
         true => {
             let order = cuda.tensor(n * k, 1)?;
-            let max_tiles = sh.moe_gemm_tiles(slots, moe.n_expert as u32);
-            let tiles = cuda.tensor(max_tiles as usize * MOE_TILE_WORDS, 1)?;
+            let max_tiles = match grouped {
+                true => sh.moe_gemm_tiles(slots, moe.n_expert as u32),
+                false => 0, // no table: the sort writes none
+            };
+            let tiles = grouped
+                .then(|| cuda.tensor(max_tiles as usize * MOE_TILE_WORDS, 1))
+                .transpose()?;
             let dims = sh.moe_sort(moe.n_expert as u32, slots);
             ensure!(
                 dims.shared_bytes <= sh.max_shared_bytes(),
@@ -139,7 +145,7 @@ pub(super) fn swiglu_add(
                 &[
                     route.arg(),
                     order.arg(),
-                    tiles.arg(),
+                    tiles.as_ref().map_or(Arg::Ptr(0), CudaTensor::arg),
                     Arg::U32(slots),
                     k_arg,
                     n_expert,
@@ -151,10 +157,7 @@ pub(super) fn swiglu_add(
         }
         false => None,
     };
-    if let Some((order, tiles)) = sorted
-        .as_ref()
-        .filter(|_| cuda.moe_gemm && cuda.gemm_for(n))
-    {
+    if let Some((order, Some(tiles))) = sorted.as_ref() {
         // A prompt: the grouped tensor-core GEMMs, gate and up in one launch.
         let gemm = |ty, mats: &[(Arg, Arg, &CudaTensor)], rows, x: &CudaTensor, div| {
             let (_, _, (qs_words, staged)) = gemm_entries(ty);
