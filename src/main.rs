@@ -1,4 +1,4 @@
-//! `kiln`: command-line front end over the host crate (generate, chat, info, tokenize).
+//! `kiln`: command-line front end over the host crate (generate, chat, serve, info, tokenize).
 //!
 //! stdout carries only model output (streamed, flushed per piece); everything else (load
 //! messages, speed summaries, errors) goes to stderr. Errors are one line and a non-zero exit.
@@ -18,6 +18,8 @@ use kiln_host::engine::{Engine, GenParams, Generation};
 use kiln_host::gguf::GgufFile;
 use kiln_host::sampling::SamplerConfig;
 use kiln_host::tokenizer::Tokenizer;
+
+mod serve;
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +41,8 @@ enum Cmd {
     Generate(GenerateArgs),
     /// Interactive multi-turn chat with the model's template; one user turn per stdin line.
     Chat(ChatArgs),
+    /// An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, streaming).
+    Serve(ServeArgs),
     /// Print a model's architecture, shapes, quantization and tokenizer.
     Info {
         /// GGUF file.
@@ -86,7 +90,7 @@ struct ModelArgs {
     llama_numerics: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct SampleArgs {
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
@@ -148,6 +152,21 @@ struct ChatArgs {
     system: Option<String>,
 }
 
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Defaults for requests that leave a setting out (`-n` is their `max_tokens`).
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -200,6 +219,10 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Chat(a) => match pick_backend(&a.model)? {
             Picked::Cpu(b) => chat(b, &a),
             Picked::Cuda(b) => chat(b, &a),
+        },
+        Cmd::Serve(a) => match pick_backend(&a.model)? {
+            Picked::Cpu(b) => serve_model(b, a),
+            Picked::Cuda(b) => serve_model(b, a),
         },
         Cmd::Info { file } => info(&file),
         Cmd::Tokenize { model, ids, bos } => tokenize(&model, ids, bos),
@@ -442,6 +465,20 @@ fn chat<B: Backend + 'static>(backend: B, a: &ChatArgs) -> Result<()> {
     Ok(())
 }
 
+fn serve_model<B: Backend + 'static>(backend: B, a: ServeArgs) -> Result<()> {
+    let engine = load(backend, &a.model)?;
+    let id = a
+        .model
+        .model
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    let addr = match a.host.contains(':') {
+        true => format!("[{}]:{}", a.host, a.port), // an IPv6 address
+        false => format!("{}:{}", a.host, a.port),
+    };
+    serve::serve(engine, &addr, id, a.sample)
+}
+
 fn info(path: &Path) -> Result<()> {
     ensure_file(path)?;
     let f = GgufFile::open(path)?;
@@ -532,15 +569,11 @@ fn info(path: &Path) -> Result<()> {
         }
     )?;
     let supported = kiln_host::models::SUPPORTED.contains(&arch);
-    writeln!(
-        o,
-        "supported:      {}",
-        if supported {
-            "yes"
-        } else {
-            "no (kiln runs llama, qwen3)"
-        }
-    )?;
+    let runs = kiln_host::models::SUPPORTED.join(", ");
+    match supported {
+        true => writeln!(o, "supported:      yes")?,
+        false => writeln!(o, "supported:      no (kiln runs {runs})")?,
+    }
     Ok(())
 }
 
