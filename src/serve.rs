@@ -221,6 +221,36 @@ impl Request {
     }
 }
 
+impl Request {
+    /// `/v1/completions`' prompt: one string (or a batch of one).
+    fn text_input(&self) -> std::result::Result<Input, BadRequest> {
+        match &self.prompt {
+            Some(Value::String(p)) => Ok(Input::Text(p.clone())),
+            Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+                Ok(Input::Text(a[0].as_str().unwrap_or_default().to_owned()))
+            }
+            Some(_) => Err(BadRequest(
+                "prompt: expected one string (batches are not supported)".into(),
+            )),
+            None => Err(BadRequest("prompt: missing".into())),
+        }
+    }
+
+    /// `/v1/chat/completions`' turns, for the model's chat template.
+    fn chat_input(&self) -> std::result::Result<Input, BadRequest> {
+        let msgs = match &self.messages {
+            Some(m) if !m.is_empty() => m,
+            _ => return Err(BadRequest("messages: missing or empty".into())),
+        };
+        let turns = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Ok(Message::new(&m.role, message_text(i, &m.content)?)))
+            .collect::<std::result::Result<_, BadRequest>>()?;
+        Ok(Input::Chat(turns))
+    }
+}
+
 fn clock_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -259,44 +289,33 @@ async fn completions(
     State(s): State<Arc<Shared>>,
     req: std::result::Result<Json<Request>, JsonRejection>,
 ) -> Response {
-    let req = match req {
-        Ok(Json(r)) => r,
-        Err(e) => return BadRequest(e.body_text()).into_response(),
-    };
-    let input = match &req.prompt {
-        Some(Value::String(p)) => Input::Text(p.clone()),
-        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            Input::Text(a[0].as_str().unwrap_or_default().to_owned())
-        }
-        Some(_) => {
-            return BadRequest("prompt: expected one string (batches are not supported)".into())
-                .into_response();
-        }
-        None => return BadRequest("prompt: missing".into()).into_response(),
-    };
-    respond(s, req, input, Kind::Text).await
+    handle(s, req, Kind::Text).await
 }
 
 async fn chat_completions(
     State(s): State<Arc<Shared>>,
     req: std::result::Result<Json<Request>, JsonRejection>,
 ) -> Response {
+    handle(s, req, Kind::Chat).await
+}
+
+async fn handle(
+    s: Arc<Shared>,
+    req: std::result::Result<Json<Request>, JsonRejection>,
+    kind: Kind,
+) -> Response {
     let req = match req {
         Ok(Json(r)) => r,
         Err(e) => return BadRequest(e.body_text()).into_response(),
     };
-    let msgs = match &req.messages {
-        Some(m) if !m.is_empty() => m,
-        _ => return BadRequest("messages: missing or empty".into()).into_response(),
+    let input = match kind {
+        Kind::Text => req.text_input(),
+        Kind::Chat => req.chat_input(),
     };
-    let mut turns = Vec::with_capacity(msgs.len());
-    for (i, m) in msgs.iter().enumerate() {
-        match message_text(i, &m.content) {
-            Ok(text) => turns.push(Message::new(&m.role, text)),
-            Err(e) => return e.into_response(),
-        }
+    match input {
+        Ok(input) => respond(s, req, input, kind).await,
+        Err(e) => e.into_response(),
     }
-    respond(s, req, Input::Chat(turns), Kind::Chat).await
 }
 
 #[derive(Clone, Copy)]
