@@ -1,6 +1,7 @@
 //! The table of kernel entry points: one row per (kernel, format) instantiation; a row with
 //! `<Wrapper>` after its body instantiates it for `policies::Wrapper<P>` instead of the policy
-//! `P` (the GEMM's deep k-stages, `policies::DeepK`).
+//! `P` (the GEMM's deep k-stages, `policies::DeepK`; the grouped expert GEMM's token tile,
+//! `policies::MoeTile`).
 //!
 //! On the GPU each row becomes a `#[no_mangle] extern "ptx-kernel"` entry instantiated for the
 //! policy this module is built for (`--cfg kiln_target=...`, set by the build script). On the host
@@ -218,12 +219,12 @@ kernel_table! {
     kiln_moe_down_sorted_q5k = moe::moe_down_sorted [formats::Q5K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_sorted_q4k = moe::moe_down_sorted [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, order: *const u32, y: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_sort = moe::moe_sort [] (route: *const f32, order: *mut u32, tiles: *mut u32, n_slots: u32, k: u32, n_expert: u32, tile_n: u32, max_tiles: u32);
-    kiln_moe_mma_q4_0 = mma::moe_mma_split [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
-    kiln_moe_mma_q4_1 = mma::moe_mma_split [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
-    kiln_moe_mma_q8_0 = mma::moe_mma_split [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
-    kiln_moe_mma_q6k = mma::moe_mma_split [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
-    kiln_moe_mma_q5k = mma::moe_mma_split [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
-    kiln_moe_mma_q4k = mma::moe_mma_split [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q4_0 = mma::moe_mma_split <MoeTile> [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q4_1 = mma::moe_mma_split <MoeTile> [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q8_0 = mma::moe_mma_split <MoeTile> [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q6k = mma::moe_mma_split <MoeTile> [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q5k = mma::moe_mma_split <MoeTile> [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
+    kiln_moe_mma_q4k = mma::moe_mma_split <MoeTile> [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, w1: *const u32, s1: *const u8, y1: *mut f32, n_mats: u32, rows: u32, x: *const u32, cols: u32, order: *const u32, order_div: u32, tiles: *const u32);
     kiln_moe_matvec_f32x_q4_0 = moe::moe_matvec_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
     kiln_moe_matvec_f32x_q4_1 = moe::moe_matvec_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);
     kiln_moe_matvec_f32x_q8_0 = moe::moe_matvec_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, route: *const f32, y: *mut f32, rows: u32, cols: u32, k: u32, div: u32);

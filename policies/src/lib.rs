@@ -115,6 +115,11 @@ pub trait TargetPolicy: 'static {
     /// `TILE_K` and `STAGES` of the deep k-stage GEMM.
     const GEMM_DEEP_TILE_K: u32;
     const GEMM_DEEP_STAGES: u32;
+    /// Token tile and warp width of the grouped expert GEMM ([`MoeTile`]): a prompt's slots
+    /// spread over many experts, so an expert's run is short (pp512 over 128 experts, 8 per
+    /// token: ~32 slots) and most of a dense-width token tile would be padding.
+    const MOE_TILE_N: u32;
+    const MOE_GEMM_WARP_N: u32;
     /// Fewest tokens for which the host picks the GEMM over the mat-vec. Below it the GEMM's
     /// grid (rows / TILE_M blocks) is too small to draw full bandwidth and most of its token
     /// columns are padding, while re-reading the weights once per token costs little.
@@ -144,50 +149,64 @@ pub trait TargetPolicy: 'static {
     const KV_POSITION_MAJOR: bool = false;
 }
 
+/// Forwarding impl of a policy wrapper: everything as `P` except the GEMM tile's token width,
+/// stage depth and warp width.
+macro_rules! gemm_variant {
+    ($wrapper:ident, tile_n: $tile_n:expr, tile_k: $tile_k:expr, warp_n: $warp_n:expr, stages: $stages:expr) => {
+        impl<P: TargetPolicy> TargetPolicy for $wrapper<P> {
+            const NAME: &'static str = P::NAME;
+            const MIN_CC: u32 = P::MIN_CC;
+            const PTX_TARGET: &'static str = P::PTX_TARGET;
+            const PTX_ISA: u32 = P::PTX_ISA;
+            const HAS_CP_ASYNC: bool = P::HAS_CP_ASYNC;
+            const HAS_LDMATRIX: bool = P::HAS_LDMATRIX;
+            const HAS_WGMMA: bool = P::HAS_WGMMA;
+            const HAS_TMA: bool = P::HAS_TMA;
+            const HAS_PDL: bool = P::HAS_PDL;
+            const PDL_EARLY_TRIGGER: bool = P::PDL_EARLY_TRIGGER;
+            const MAX_SMEM_PER_BLOCK: u32 = P::MAX_SMEM_PER_BLOCK;
+            const MATVEC_WARPS: u32 = P::MATVEC_WARPS;
+            const MATVEC_ROWS_PER_WARP: u32 = P::MATVEC_ROWS_PER_WARP;
+            const MATVEC_PREFETCH_GROUPS: u32 = P::MATVEC_PREFETCH_GROUPS;
+            const MATVEC_BLOCKS_PER_SM: u32 = P::MATVEC_BLOCKS_PER_SM;
+            const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
+            const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
+            const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
+            const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
+            type Mma = P::Mma;
+            const TILE_M: u32 = P::TILE_M;
+            const TILE_N: u32 = $tile_n;
+            const TILE_K: u32 = $tile_k;
+            const GEMM_WARPS: u32 = P::GEMM_WARPS;
+            const GEMM_WARP_M: u32 = P::GEMM_WARP_M;
+            const GEMM_WARP_N: u32 = $warp_n;
+            const STAGES: u32 = $stages;
+            const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = P::GEMM_DEEP_MAX_BLOCKS_PER_SM;
+            const GEMM_DEEP_TILE_K: u32 = P::GEMM_DEEP_TILE_K;
+            const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
+            const MOE_TILE_N: u32 = P::MOE_TILE_N;
+            const MOE_GEMM_WARP_N: u32 = P::MOE_GEMM_WARP_N;
+            const GEMM_MIN_TOKENS: u32 = P::GEMM_MIN_TOKENS;
+            const ROW_THREADS: u32 = P::ROW_THREADS;
+            const ATTN_WARPS: u32 = P::ATTN_WARPS;
+            const ATTN_CHUNK: u32 = P::ATTN_CHUNK;
+            const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
+            const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
+            const KV_POSITION_MAJOR: bool = P::KV_POSITION_MAJOR;
+        }
+    };
+}
+
 /// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`) as
 /// `TILE_K` and `STAGES`, everything else as `P`: the second GEMM instantiation, for small
 /// launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer, longer stages pay.
 pub struct DeepK<P>(core::marker::PhantomData<P>);
+gemm_variant!(DeepK, tile_n: P::TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_WARP_N, stages: P::GEMM_DEEP_STAGES);
 
-impl<P: TargetPolicy> TargetPolicy for DeepK<P> {
-    const NAME: &'static str = P::NAME;
-    const MIN_CC: u32 = P::MIN_CC;
-    const PTX_TARGET: &'static str = P::PTX_TARGET;
-    const PTX_ISA: u32 = P::PTX_ISA;
-    const HAS_CP_ASYNC: bool = P::HAS_CP_ASYNC;
-    const HAS_LDMATRIX: bool = P::HAS_LDMATRIX;
-    const HAS_WGMMA: bool = P::HAS_WGMMA;
-    const HAS_TMA: bool = P::HAS_TMA;
-    const HAS_PDL: bool = P::HAS_PDL;
-    const PDL_EARLY_TRIGGER: bool = P::PDL_EARLY_TRIGGER;
-    const MAX_SMEM_PER_BLOCK: u32 = P::MAX_SMEM_PER_BLOCK;
-    const MATVEC_WARPS: u32 = P::MATVEC_WARPS;
-    const MATVEC_ROWS_PER_WARP: u32 = P::MATVEC_ROWS_PER_WARP;
-    const MATVEC_PREFETCH_GROUPS: u32 = P::MATVEC_PREFETCH_GROUPS;
-    const MATVEC_BLOCKS_PER_SM: u32 = P::MATVEC_BLOCKS_PER_SM;
-    const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
-    const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
-    const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
-    const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
-    type Mma = P::Mma;
-    const TILE_M: u32 = P::TILE_M;
-    const TILE_N: u32 = P::TILE_N;
-    const TILE_K: u32 = P::GEMM_DEEP_TILE_K;
-    const GEMM_WARPS: u32 = P::GEMM_WARPS;
-    const GEMM_WARP_M: u32 = P::GEMM_WARP_M;
-    const GEMM_WARP_N: u32 = P::GEMM_WARP_N;
-    const STAGES: u32 = P::GEMM_DEEP_STAGES;
-    const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = P::GEMM_DEEP_MAX_BLOCKS_PER_SM;
-    const GEMM_DEEP_TILE_K: u32 = P::GEMM_DEEP_TILE_K;
-    const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
-    const GEMM_MIN_TOKENS: u32 = P::GEMM_MIN_TOKENS;
-    const ROW_THREADS: u32 = P::ROW_THREADS;
-    const ATTN_WARPS: u32 = P::ATTN_WARPS;
-    const ATTN_CHUNK: u32 = P::ATTN_CHUNK;
-    const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
-    const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
-    const KV_POSITION_MAJOR: bool = P::KV_POSITION_MAJOR;
-}
+/// Policy `P` with the grouped expert GEMM's token tile (`MOE_TILE_N`, `MOE_GEMM_WARP_N`) as
+/// `TILE_N` and `GEMM_WARP_N`: the instantiation of `kiln_moe_mma_*`.
+pub struct MoeTile<P>(core::marker::PhantomData<P>);
+gemm_variant!(MoeTile, tile_n: P::MOE_TILE_N, tile_k: P::TILE_K, warp_n: P::MOE_GEMM_WARP_N, stages: P::STAGES);
 
 /// Rows of output one mat-vec block produces.
 pub const fn matvec_rows_per_block<P: TargetPolicy>() -> u32 {
@@ -232,3 +251,6 @@ const _: () = check::<SparkGb10>();
 const _: () = check::<DeepK<Ampere>>();
 const _: () = check::<DeepK<Hopper>>();
 const _: () = check::<DeepK<SparkGb10>>();
+const _: () = check::<MoeTile<Ampere>>();
+const _: () = check::<MoeTile<Hopper>>();
+const _: () = check::<MoeTile<SparkGb10>>();

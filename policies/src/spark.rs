@@ -38,6 +38,9 @@ impl TargetPolicy for SparkGb10 {
     const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = 0;
     const GEMM_DEEP_TILE_K: u32 = Self::TILE_K;
     const GEMM_DEEP_STAGES: u32 = Self::STAGES;
+    // The dense tile: not measured narrower on this target.
+    const MOE_TILE_N: u32 = 64;
+    const MOE_GEMM_WARP_N: u32 = 32;
     const GEMM_MIN_TOKENS: u32 = 8;
 
     const ROW_THREADS: u32 = 256;

@@ -5,7 +5,7 @@
 //! `kernels_gpu::kernels::launch` for a fixed `P` lets the backend ask for shapes without being
 //! generic itself, while the numbers still come from the policy's constants.
 use kernels_gpu::kernels::launch::{self, Dims};
-use policies::{Ampere, DeepK, Hopper, SparkGb10, TargetPolicy};
+use policies::{Ampere, DeepK, Hopper, MoeTile, SparkGb10, TargetPolicy};
 use std::marker::PhantomData;
 
 pub trait LaunchShapes: Send + Sync {
@@ -50,7 +50,7 @@ pub trait LaunchShapes: Send + Sync {
     fn moe_sorted(&self, slots: u32, rows: u32) -> Dims;
     /// Entries of `moe_sort`'s token-tile table for `slots` slots of `n_expert` experts.
     fn moe_gemm_tiles(&self, slots: u32, n_expert: u32) -> u32;
-    /// `moe_sort`'s token-tile width (the GEMM's `TILE_N`).
+    /// `moe_sort`'s token-tile width (the grouped GEMM's, `policies::MoeTile`).
     fn moe_tile_n(&self) -> u32;
     /// The grouped expert GEMM over `n_mats` stacked matrices of `rows` rows per expert.
     fn moe_mma(
@@ -158,10 +158,10 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
         launch::moe_sorted::<P>(slots, rows)
     }
     fn moe_gemm_tiles(&self, slots: u32, n_expert: u32) -> u32 {
-        launch::moe_gemm_tiles(slots, n_expert, P::TILE_N)
+        launch::moe_gemm_tiles(slots, n_expert, MoeTile::<P>::TILE_N)
     }
     fn moe_tile_n(&self) -> u32 {
-        P::TILE_N
+        MoeTile::<P>::TILE_N
     }
     fn moe_mma(
         &self,
@@ -172,7 +172,7 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
         qs_words: u32,
         staged: u32,
     ) -> Dims {
-        launch::moe_mma::<P>(rows, n_mats, slots, n_expert, qs_words, staged)
+        launch::moe_mma::<MoeTile<P>>(rows, n_mats, slots, n_expert, qs_words, staged)
     }
     fn flat(&self, threads: u32) -> Dims {
         launch::flat::<P>(threads)
