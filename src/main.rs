@@ -17,6 +17,7 @@ use kiln_host::chat::{ChatTemplate, Message};
 use kiln_host::engine::{Engine, GenParams, Generation};
 use kiln_host::gguf::GgufFile;
 use kiln_host::sampling::SamplerConfig;
+use kiln_host::steering::{self, ControlVectorFile};
 use kiln_host::tokenizer::Tokenizer;
 
 mod serve;
@@ -88,6 +89,43 @@ struct ModelArgs {
     /// CPU only (`auto` then picks the CPU).
     #[arg(long)]
     llama_numerics: bool,
+    /// Steer with a control vector (llama.cpp's control-vector GGUF: `direction.N` tensors
+    /// added to the residual stream after layer N); repeatable, the files add up.
+    #[arg(long, value_name = "FILE")]
+    control_vector: Vec<PathBuf>,
+    /// A control vector times SCALE (negative steers away); repeatable.
+    #[arg(long, num_args = 2, value_names = ["FILE", "SCALE"])]
+    control_vector_scaled: Vec<String>,
+    /// Apply control vectors to layers START..=END only (default: all).
+    #[arg(long, num_args = 2, value_names = ["START", "END"])]
+    control_vector_layer_range: Vec<usize>,
+}
+
+impl ModelArgs {
+    /// The control-vector files and scales of `--control-vector` and `--control-vector-scaled`.
+    fn control_vectors(&self) -> Result<Vec<ControlVectorFile>> {
+        let mut files: Vec<ControlVectorFile> = self
+            .control_vector
+            .iter()
+            .map(|p| ControlVectorFile {
+                path: p.clone(),
+                scale: 1.0,
+            })
+            .collect();
+        for pair in self.control_vector_scaled.chunks_exact(2) {
+            let scale = pair[1].parse().with_context(|| {
+                format!(
+                    "--control-vector-scaled {} {}: SCALE is not a number",
+                    pair[0], pair[1]
+                )
+            })?;
+            files.push(ControlVectorFile {
+                path: PathBuf::from(&pair[0]),
+                scale,
+            });
+        }
+        Ok(files)
+    }
 }
 
 #[derive(Args, Clone)]
@@ -282,8 +320,23 @@ fn pick_backend(m: &ModelArgs) -> Result<Picked> {
 
 fn load<B: Backend + 'static>(backend: B, m: &ModelArgs) -> Result<Engine<B>> {
     ensure_file(&m.model)?;
-    let engine = Engine::load(backend, &m.model, m.ctx)
+    let files = m.control_vectors()?;
+    let mut engine = Engine::load(backend, &m.model, m.ctx)
         .with_context(|| format!("loading {}", m.model.display()))?;
+    if !files.is_empty() {
+        let c = engine.model.config();
+        let range = match m.control_vector_layer_range[..] {
+            [a, b] => Some((a, b)),
+            _ => None,
+        };
+        let dirs = steering::load(&files, c.n_layer, c.n_embd, range)?;
+        let n = dirs.iter().filter(|d| d.is_some()).count();
+        engine.set_control_vectors(&dirs)?;
+        eprintln!(
+            "kiln: steering {n} layers with {} control vector file(s)",
+            files.len()
+        );
+    }
     let c = engine.model.config();
     eprintln!(
         "kiln: {} ({}, {} layers, {} embd) on {}",

@@ -179,6 +179,44 @@ fn add_assign(dev: &mut dyn Device, c: &FlatCase) -> Result<(), TestCaseError> {
     )
 }
 
+#[derive(Clone, Debug)]
+struct RowCase {
+    rows: u32,
+    cols: u32,
+    seed: u64,
+}
+
+fn row_case() -> impl Strategy<Value = RowCase> {
+    (1..=9u32, length(700), seed()).prop_map(|(rows, cols, seed)| RowCase { rows, cols, seed })
+}
+
+/// `add_row`: one control-vector row added to every row, the tail guarded.
+fn add_row(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let mut g = Gen::new(c.seed);
+    let (cols, len) = (c.cols as usize, (c.rows * c.cols) as usize);
+    let (sa, sr) = (g.magnitude(-2.0, 2.0), g.magnitude(-2.0, 2.0));
+    let acc = g.normals(len, sa);
+    let row = g.normals(cols, sr);
+    let mut acc_ext = acc.clone();
+    acc_ext.push(1234.5);
+    let (ab, rb) = (upload(dev, &acc_ext), upload(dev, &row));
+    dev.launch(
+        names::kiln_add_row,
+        dev.shapes().flat(len as u32),
+        &[ab.arg(), rb.arg(), Arg::U32(c.cols), Arg::U32(len as u32)],
+    );
+    let out = download::<f32>(dev, &ab);
+    prop_assert!(
+        out[len] == 1234.5,
+        "{}: add_row wrote past len",
+        dev.label()
+    );
+    let want: Vec<f64> = (0..len)
+        .map(|i| acc[i] as f64 + row[i % cols] as f64)
+        .collect();
+    check_err(dev, "add_row", r::rel_err(&out[..len], &want), 1e-6)
+}
+
 /// Embedding table formats: the three split block formats and plain f16.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Table {
@@ -361,6 +399,7 @@ kernel_properties! {
     host_rope, gpu_rope: rope_case() => rope;
     host_swiglu, gpu_swiglu: flat_case() => swiglu;
     host_add_assign, gpu_add_assign: flat_case() => add_assign;
+    host_add_row, gpu_add_row: row_case() => add_row;
     host_embed, gpu_embed: embed_case() => embed;
     host_kv_store, gpu_kv_store: kv_case() => kv_store;
 }

@@ -131,6 +131,16 @@ impl<B: Backend + 'static> Engine<B> {
         })
     }
 
+    /// Steers every later generation with per-layer control-vector directions
+    /// ([`crate::steering::load`]). The cache is dropped: its keys and values were computed
+    /// without them (and recorded decode steps address the old cache).
+    pub fn set_control_vectors(&mut self, directions: &[Option<Vec<f32>>]) -> Result<()> {
+        self.model.steer(&self.backend, directions)?;
+        self.cache = None;
+        self.cached.clear();
+        Ok(())
+    }
+
     /// Forgets the KV cache contents (the next prompt is prefilled in full).
     pub fn reset(&mut self) {
         self.cached.clear();

@@ -12,4 +12,5 @@ pub mod numerics;
 pub mod quant;
 pub mod reference;
 pub mod sampling;
+pub mod steering;
 pub mod tokenizer;

@@ -290,6 +290,17 @@ fn f16_round(x: &mut [f64]) {
 
 /// Logits of every position of `tokens`.
 fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Vec<f64>> {
+    reference_steered(s, w, tokens, &[])
+}
+
+/// [`reference`] with a control vector: `steer[l]` added to every position's residual stream
+/// after block `l`.
+fn reference_steered(
+    s: &Synth,
+    w: &HashMap<String, Vec<f64>>,
+    tokens: &[u32],
+    steer: &[Option<Vec<f32>>],
+) -> Vec<Vec<f64>> {
     let qwen = s.arch.starts_with("qwen3");
     let hd = s.head_dim;
     let g = |n: &str| &w[n];
@@ -366,6 +377,9 @@ fn reference(s: &Synth, w: &HashMap<String, Vec<f64>>, tokens: &[u32]) -> Vec<Ve
                 }
             };
             x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+            if let Some(Some(dir)) = steer.get(l) {
+                x.iter_mut().zip(dir).for_each(|(a, &b)| *a += b as f64);
+            }
         }
     }
     let out = if s.tied {
@@ -955,7 +969,18 @@ fn assert_decode_in_lockstep<R: Backend + 'static, C: Backend + 'static>(
 
 /// Logits of every position of `tokens`, from one forward pass on `b`.
 fn prefill_all<B: Backend + 'static>(b: &B, file: &Arc<GgufFile>, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let model = models::load(b, file, &mut |_, _| {}).unwrap();
+    prefill_steered(b, file, tokens, &[])
+}
+
+/// [`prefill_all`] with the model steered by `steer` ([`Model::steer`]).
+fn prefill_steered<B: Backend + 'static>(
+    b: &B,
+    file: &Arc<GgufFile>,
+    tokens: &[u32],
+    steer: &[Option<Vec<f32>>],
+) -> Vec<Vec<f32>> {
+    let mut model = models::load(b, file, &mut |_, _| {}).unwrap();
+    model.steer(b, steer).unwrap();
     let mut cache = b.kv_cache(&model.config().kv_spec(32)).unwrap();
     let logits = model
         .forward(b, &mut cache, tokens, 0, Logits::All)
@@ -1082,6 +1107,9 @@ impl Backend for Nudged {
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> anyhow::Result<()> {
         self.0.add_assign(x, y)
     }
+    fn add_row(&self, x: &mut Self::Tensor, row: &Self::Tensor) -> anyhow::Result<()> {
+        self.0.add_row(x, row)
+    }
     fn attention(
         &self,
         c: &mut Self::KvCache,
@@ -1160,4 +1188,53 @@ fn cuda_prefill_with_tensor_core_attention_matches_f64_reference() {
     let (err, nmse) = (rel_err(&got, &want), nmse(&got, &want));
     eprintln!("cuda-on-host prefill, 24 tokens: max rel err {err:.2e}, nmse {nmse:.2e}");
     assert!(err < 6e-2 && nmse < 1e-3, "rel err {err:e}, nmse {nmse:e}");
+}
+
+/// Control vectors (`Model::steer`): a direction added after blocks 1 and 2 of a 3-layer
+/// model, on the CPU and on the CUDA backend (host grid, f32 activations), against the float64
+/// forward pass with the same directions. The directions move the logits far more than the
+/// tolerance, so a backend that ignored them (or added them after the wrong block) fails.
+#[test]
+fn control_vectors_match_f64_reference() {
+    use kiln_host::backend::cuda::Cuda;
+    let s = Synth {
+        n_layer: 3,
+        ty: GgmlType::F16,
+        ..QWEN3
+    };
+    let (file, weights) = build(&s);
+    let mut rng = Rng(0x5eed);
+    let mut dir = || Some((0..s.n_embd).map(|_| rng.next()).collect::<Vec<f32>>());
+    let steer = vec![None, dir(), dir()];
+    let want = reference_steered(&s, &weights, &TOKENS, &steer);
+    let plain = reference(&s, &weights, &TOKENS);
+    let moved = rel_err(
+        &want
+            .iter()
+            .map(|r| r.iter().map(|&v| v as f32).collect())
+            .collect::<Vec<_>>(),
+        &plain,
+    );
+    assert!(
+        moved > 0.05,
+        "the directions barely move the logits ({moved:.2e})"
+    );
+    let cpu = prefill_steered(&Cpu::new().with_f32_activations(), &file, &TOKENS, &steer);
+    let err = rel_err(&cpu, &want);
+    assert!(
+        err < 1e-3,
+        "CPU, steered: rel err {err:.2e} against float64"
+    );
+    let cuda = Cuda::host::<policies::Hopper>().with_f32_activations();
+    let gpu = prefill_steered(&cuda, &file, &TOKENS, &steer);
+    let err = rel_err(&gpu, &want);
+    assert!(
+        err < 5e-3,
+        "CUDA-on-host, steered: rel err {err:.2e} against float64"
+    );
+    // One direction per layer at most, of the model's width.
+    let mut model = models::load(&Cpu::new(), &file, &mut |_, _| {}).unwrap();
+    let too_many = vec![None; 4];
+    assert!(model.steer(&Cpu::new(), &too_many).is_err());
+    assert!(model.steer(&Cpu::new(), &[Some(vec![0.0; 3])]).is_err());
 }

@@ -12,7 +12,7 @@ use half::f16;
 use half::vec::HalfBitsVecExt;
 use rayon::prelude::*;
 
-use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape};
+use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
 use crate::gguf::{GgmlType, GgufFile, TensorInfo};
 use crate::numerics::Numerics;
 use crate::quant::{self, QMatrix};
@@ -431,6 +431,14 @@ impl Backend for Cpu {
     fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
         check_same(x, y, "add")?;
         x.data.iter_mut().zip(&y.data).for_each(|(a, &b)| *a += b);
+        Ok(())
+    }
+
+    fn add_row(&self, x: &mut CpuTensor, row: &CpuTensor) -> Result<()> {
+        check_row(x, row)?;
+        for r in x.data.chunks_exact_mut(x.cols) {
+            r.iter_mut().zip(&row.data).for_each(|(a, &b)| *a += b);
+        }
         Ok(())
     }
 

@@ -25,7 +25,7 @@ use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 use kernels_gpu::quant::reblock::{self, ReblockError};
 
-use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape};
+use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
 use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
 use crate::gguf::{GgmlType, GgufFile};
 
@@ -1081,6 +1081,22 @@ impl Backend for Cuda {
             names::kiln_add_assign,
             self.gpu.shapes().flat(n as u32),
             &[x.arg(), y.arg(), u32_arg(n, "len")?],
+        )
+    }
+
+    fn add_row(&self, x: &mut CudaTensor, row: &CudaTensor) -> Result<()> {
+        check_row(x, row)?;
+        let n = x.len();
+        x.q8 = None;
+        self.gpu.launch(
+            names::kiln_add_row,
+            self.gpu.shapes().flat(to_u32(n, "len")?),
+            &[
+                x.arg(),
+                row.arg(),
+                u32_arg(x.cols, "cols")?,
+                u32_arg(n, "len")?,
+            ],
         )
     }
 

@@ -246,6 +246,11 @@ impl<R: Backend, C: Backend> Backend for Lockstep<R, C> {
         self.candidate.add_assign(&mut x.1, &y.1)?;
         self.resync("add", "add", x)
     }
+    fn add_row(&self, x: &mut Self::Tensor, row: &Self::Tensor) -> Result<()> {
+        self.reference.add_row(&mut x.0, &row.0)?;
+        self.candidate.add_row(&mut x.1, &row.1)?;
+        self.resync("add_row", "add_row", x)
+    }
     fn attention(
         &self,
         cache: &mut Self::KvCache,

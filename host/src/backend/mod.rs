@@ -31,6 +31,19 @@ pub trait Shape {
     fn cols(&self) -> usize;
 }
 
+/// `add_row`'s operands: one row as wide as `x`.
+pub fn check_row(x: &dyn Shape, row: &dyn Shape) -> Result<()> {
+    ensure!(
+        row.rows() == 1 && row.cols() == x.cols(),
+        "add_row: a {} × {} row for {} × {}",
+        row.rows(),
+        row.cols(),
+        x.rows(),
+        x.cols()
+    );
+    Ok(())
+}
+
 /// Which dimensions of a head RoPE rotates together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -215,6 +228,9 @@ pub trait Backend {
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
     /// `x += y` (residual connections).
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// `x[i] += row` for every row `i` (`row` is `1 × x.cols`): a control vector steering the
+    /// residual stream.
+    fn add_row(&self, x: &mut Self::Tensor, row: &Self::Tensor) -> Result<()>;
     /// Stores `k`, `v` (`[n, n_kv_head*head_dim]`) of positions `pos .. pos+n` in `layer` of the
     /// cache, then attends each query row `i` of `q` (`[n, n_head*head_dim]`) causally over
     /// cache positions `0 ..= pos+i`. Returns `[n, n_head*head_dim]`.

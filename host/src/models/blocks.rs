@@ -274,6 +274,8 @@ pub struct Decoder<B: Backend> {
     pub cfg: Config,
     pub head: Head<B>,
     pub blocks: Vec<DecoderBlock<B>>,
+    /// A control vector's direction per block, added to the residual stream after it.
+    pub steering: Vec<Option<B::Tensor>>,
 }
 
 impl<B: Backend> Decoder<B> {
@@ -291,7 +293,12 @@ impl<B: Backend> Decoder<B> {
             blocks.push(DecoderBlock::load(l, i, &cfg, qk_norm)?);
             progress(i + 1, cfg.n_layer);
         }
-        Ok(Decoder { cfg, head, blocks })
+        Ok(Decoder {
+            cfg,
+            head,
+            blocks,
+            steering: Vec::new(),
+        })
     }
 }
 
@@ -311,7 +318,35 @@ impl<B: Backend> Model<B> for Decoder<B> {
         let mut x = self.head.embed(b, tokens)?;
         for (layer, block) in self.blocks.iter().enumerate() {
             block.forward(b, cache, layer, &mut x, pos, &self.cfg)?;
+            if let Some(Some(dir)) = self.steering.get(layer) {
+                b.add_row(&mut x, dir)?;
+            }
         }
         self.head.logits(b, &x, &self.cfg, logits)
+    }
+
+    fn steer(&mut self, b: &B, directions: &[Option<Vec<f32>>]) -> Result<()> {
+        let n_embd = self.cfg.n_embd;
+        ensure!(
+            directions.len() <= self.blocks.len(),
+            "{} control-vector layers for a {}-layer model",
+            directions.len(),
+            self.blocks.len()
+        );
+        self.steering = directions
+            .iter()
+            .map(|d| match d {
+                Some(d) => {
+                    ensure!(
+                        d.len() == n_embd,
+                        "a control vector of {} for width {n_embd}",
+                        d.len()
+                    );
+                    b.upload(d, 1, n_embd).map(Some)
+                }
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(())
     }
 }

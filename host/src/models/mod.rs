@@ -169,6 +169,10 @@ pub trait Model<B: Backend> {
         pos: usize,
         logits: Logits,
     ) -> Result<B::Tensor>;
+    /// Adds `directions[l]` (`n_embd` wide) to the residual stream after block `l` from now on
+    /// ([`crate::steering`]); all `None` removes any. Keys and values already cached were
+    /// computed without it, so the caller must drop its cache.
+    fn steer(&mut self, b: &B, directions: &[Option<Vec<f32>>]) -> Result<()>;
 }
 
 /// Loads the executor for the file's architecture. `progress(done, total)` is called per block.

@@ -89,6 +89,15 @@ pub unsafe fn add_assign<P: TargetPolicy>(acc: *mut f32, x: *const f32, len: u32
     }
 }
 
+/// `acc[i] += row[i % cols]`: one row added to every row of `acc` (a control vector steering
+/// the residual stream). Threads: `len`.
+pub unsafe fn add_row<P: TargetPolicy>(acc: *mut f32, row: *const f32, cols: u32, len: u32) {
+    let i = global_id();
+    if i < len {
+        unsafe { *acc.add(i as usize) += *row.add((i % cols) as usize) };
+    }
+}
+
 /// `out[t] = row ids[t]` of an embedding table in split layout `F` (`vocab × cols`).
 /// Ids are validated by the host before launch. Threads: `n × cols`.
 pub unsafe fn embed_split<P: TargetPolicy, F: SplitFormat>(
