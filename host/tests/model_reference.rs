@@ -605,6 +605,28 @@ fn load_errors_name_what_is_missing() {
         "{err:#}"
     );
 
+    // RoPE scaling the executor does not implement: refused, the key named.
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    w.add_metadata("llama.rope.scaling.type", Value::String("yarn".into()))
+        .unwrap();
+    w.add_metadata("llama.rope.scaling.factor", Value::F32(4.0))
+        .unwrap();
+    for t in file.tensors() {
+        w.add_tensor(t.name.clone(), &t.dims, t.ggml_type).unwrap();
+    }
+    let data: Vec<&[u8]> = file.tensors().iter().map(|t| file.tensor_data(t)).collect();
+    let scaled = Arc::new(GgufFile::from_bytes(w.to_vec(&data).unwrap()).unwrap());
+    let err = models::load(&Cpu::new(), &scaled, &mut |_, _| {})
+        .err()
+        .expect("load must fail");
+    assert!(
+        format!("{err:#}").contains("llama.rope.scaling.type = \"yarn\" (factor 4)"),
+        "{err:#}"
+    );
+
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String("mamba".into()))
         .unwrap();

@@ -69,6 +69,15 @@ impl Config {
             );
         }
         let rot_dim = u("rope.dimension_count").unwrap_or(head_dim);
+        // Context-extension RoPE scaling changes every angle; running without it would give
+        // plausible but wrong output at every position, so refuse it until it is implemented.
+        let scaling = file.get_str(&key("rope.scaling.type")).unwrap_or("none");
+        let factor = file.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
+        ensure!(
+            scaling == "none" || factor == 1.0,
+            "{} = {scaling:?} (factor {factor}): RoPE scaling is not supported yet",
+            key("rope.scaling.type")
+        );
         let embd = file
             .tensor("token_embd.weight")
             .context("model has no tensor token_embd.weight")?;
