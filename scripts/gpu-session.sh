@@ -7,6 +7,8 @@
 #   compare CPU vs CUDA logits at every position (xtask compare-backends)
 #   moe     a synthetic tiny-qwen3moe (gen-model): CPU vs CUDA op by op (lockstep) and free
 #           running, then greedy tokens of both and the CUDA decode speed
+#   steer   control vectors (scripts/random-control-vector.py): CPU vs CUDA greedy tokens
+#   serve   kiln serve on CUDA: /v1/completions text vs kiln generate, streamed and not
 set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"
@@ -91,6 +93,50 @@ PY
       done
       python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); print("greedy cpu==cuda", a.get("tokens")==b.get("tokens"), "cuda timings", b.get("timings"))' \
         "$OUT/moe_cpu.json" "$OUT/moe_cuda.json" | tee -a "$OUT/moe_compare.txt"
+      ;;
+    steer)
+      echo "== control vectors: CPU vs CUDA greedy tokens (f32 activations), SmolLM2 and tiny-qwen3moe"
+      M=/tmp/smollm2.gguf
+      [ -f .gpu/model.part_b ] && cat /tmp/smollm2.part_a .gpu/model.part_b > $M
+      T=/tmp/tiny-qwen3moe.gguf
+      [ -f $T ] || $G/xtask gen-model --preset tiny-qwen3moe --quant q4_0 --out $T > /dev/null 2>&1
+      for m in $M $T; do
+        [ -f $m ] || continue
+        info=$($G/kiln info $m)
+        embd=$(echo "$info" | sed -n 's/^embedding: *\([0-9]*\).*/\1/p')
+        layers=$(echo "$info" | sed -n 's/^layers: *\([0-9]*\).*/\1/p')
+        python3 scripts/random-control-vector.py "$embd" "$(seq -s, 1 $((layers - 1)))" 0.5 /tmp/cv.gguf
+        for d in cpu cuda; do
+          $G/kiln generate -m $m -p "The capital of France is" -n 32 --temp 0 --ignore-eos --device $d --f32-activations \
+            --control-vector /tmp/cv.gguf --json > "$OUT/steer_$d.json" 2> "$OUT/steer_$d.err" || cat "$OUT/steer_$d.err"
+        done
+        python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); print(sys.argv[3], "steered greedy cpu==cuda", a.get("tokens")==b.get("tokens"), repr(b.get("completion"))[:80])' \
+          "$OUT/steer_cpu.json" "$OUT/steer_cuda.json" "$(basename $m)" | tee -a "$OUT/steer.txt"
+      done
+      ;;
+    serve)
+      echo "== kiln serve on CUDA: greedy text equal to kiln generate, streamed and not (SmolLM2)"
+      M=/tmp/smollm2.gguf
+      [ -f .gpu/model.part_b ] && cat /tmp/smollm2.part_a .gpu/model.part_b > $M
+      $G/kiln serve -m $M --device cuda --port 0 2> "$OUT/serve.err" &
+      pid=$!
+      for _ in $(seq 100); do grep -q "listening on" "$OUT/serve.err" && break; sleep 0.1; done
+      addr=$(sed -n 's/.*listening on //p' "$OUT/serve.err")
+      $G/kiln generate -m $M -p "The capital of France is" -n 32 --temp 0 --device cuda --json > "$OUT/serve_cli.json" 2> /dev/null
+      python3 - "$addr" "$OUT/serve_cli.json" <<'PY' | tee "$OUT/serve.txt"
+import json, sys, urllib.request
+addr, cli = sys.argv[1], json.load(open(sys.argv[2]))
+def post(body):
+    req = urllib.request.Request(addr + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return urllib.request.urlopen(req).read().decode()
+body = {"prompt": "The capital of France is", "max_tokens": 32, "temperature": 0}
+plain = json.loads(post(body))
+streamed = "".join(json.loads(l[6:])["choices"][0]["text"] for l in post({**body, "stream": True}).splitlines()
+                   if l.startswith("data: {") and "text" in l)
+print("serve == generate:", plain["choices"][0]["text"] == cli["completion"], " streamed == generate:", streamed == cli["completion"])
+print("timings:", plain.get("timings"))
+PY
+      kill $pid
       ;;
     cache-a)
       cp .gpu_a/model.part_a /tmp/smollm2.part_a && echo "part a cached"
