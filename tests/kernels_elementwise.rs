@@ -17,6 +17,8 @@ struct RopeCase {
     pos0: u32,
     neox: bool,
     theta: f32,
+    /// With `rope_freqs`-style divisors.
+    factors: bool,
     seed: u64,
 }
 
@@ -31,10 +33,10 @@ fn rope_case() -> impl Strategy<Value = RopeCase> {
         pos0,
         any::<bool>(),
         theta,
-        seed(),
+        (any::<bool>(), seed()),
     )
         .prop_map(
-            |(n, heads, head_dim, partial, pos0, neox, theta, seed)| RopeCase {
+            |(n, heads, head_dim, partial, pos0, neox, theta, (factors, seed))| RopeCase {
                 n,
                 heads,
                 head_dim,
@@ -42,6 +44,7 @@ fn rope_case() -> impl Strategy<Value = RopeCase> {
                 pos0,
                 neox,
                 theta,
+                factors,
                 seed,
             },
         )
@@ -58,6 +61,11 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
     let threads = (n * heads * rot / 2) as u32;
     let dims = dev.shapes().flat(threads);
     let pos = upload(dev, &[c.pos0]); // kernels read the step's position from device memory
+    // Llama 3.1-like divisors of the angles (1 to 8), or none (a null pointer).
+    let factors: Option<Vec<f32>> = c
+        .factors
+        .then(|| (0..rot / 2).map(|_| g.uniform(1.0, 8.0)).collect());
+    let fb = factors.as_ref().map(|f| upload(dev, f));
     let args = [
         xb.arg(),
         Arg::U32(c.heads),
@@ -65,6 +73,7 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
         Arg::U32(rot as u32),
         pos.arg(),
         Arg::F32(log2_base),
+        fb.as_ref().map_or(Arg::Ptr(0), |b| b.arg()),
         Arg::U32(c.neox as u32),
         Arg::U32(threads),
     ];
@@ -80,6 +89,7 @@ fn rope(dev: &mut dyn Device, c: &RopeCase) -> Result<(), TestCaseError> {
         c.pos0 as usize,
         2f64.powf(log2_base as f64),
         c.neox,
+        factors.as_deref(),
     );
     // Angles are pos · freq in f32 (and freq is an approximate exp2 on the GPU), so the angle
     // error grows with the position: ~2^-22 relative of pos, a few 1e-4 rad at pos 5000.
@@ -424,6 +434,7 @@ fn gpu_rope_long_context() {
             pos0,
             neox,
             theta: 1_000_000.0,
+            factors: seed % 2 == 0,
             seed,
         });
     common::run_gpu("gpu_rope_long_context", 32, case, rope);

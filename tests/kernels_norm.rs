@@ -5,7 +5,7 @@ mod common;
 
 use common::data::{Gen, length, seed};
 use common::reference as r;
-use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{Arg, Buf, Device, check_err, check_written, download, names, poisoned, upload};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -259,6 +259,15 @@ fn norm_rope_case() -> impl Strategy<Value = NormRopeCase> {
 }
 
 /// `rms_norm_rope` equals `rms_norm` (per head) then `rope`, bit for bit.
+/// Llama 3.1-like angle divisors (`rope_freqs`) when `on`, else a null pointer (no divisors);
+/// the buffer must outlive the launches that read the pointer.
+fn rope_factors(dev: &mut dyn Device, g: &mut Gen, rot: u32, on: bool) -> (Buf, Arg) {
+    let factors: Vec<f32> = (0..rot / 2).map(|_| g.uniform(1.0, 8.0)).collect();
+    let fb = upload(dev, &factors);
+    let arg = if on { fb.arg() } else { Arg::Ptr(0) };
+    (fb, arg)
+}
+
 fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseError> {
     let (rows, hd) = ((c.n * c.heads) as usize, c.head_dim as usize);
     let rot = if c.partial {
@@ -275,6 +284,7 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
         Arg::F32(1e6f32.log2()),
         Arg::U32(c.neox as u32),
     );
+    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed % 2 == 0);
     let two = poisoned::<f32>(dev, rows * hd, 0xff);
     dev.launch(
         names::kiln_rms_norm,
@@ -289,6 +299,7 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
         Arg::U32(rot),
         pos.arg(),
         log2_base,
+        factors,
         neox,
         Arg::U32(threads),
     ];
@@ -303,6 +314,7 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
         Arg::U32(rot),
         pos.arg(),
         log2_base,
+        factors,
         neox,
         eps,
     ];
@@ -406,6 +418,7 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
         Arg::F32(1e6f32.log2()),
         Arg::U32(c.neox as u32),
     );
+    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed % 2 == 0);
     let (hd32, rot32, ctx32) = (
         Arg::U32(c.head_dim),
         Arg::U32(rot),
@@ -425,6 +438,7 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
                 rot32,
                 pos.arg(),
                 log2_base,
+                factors,
                 neox,
                 eps,
             ];
@@ -444,6 +458,7 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
                 rot32,
                 pos.arg(),
                 log2_base,
+                factors,
                 neox,
                 Arg::U32(threads),
             ];
@@ -493,6 +508,7 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
         ctx32,
         pos.arg(),
         log2_base,
+        factors,
         neox,
         Arg::U32(c.norm as u32),
         eps,

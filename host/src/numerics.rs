@@ -75,15 +75,21 @@ impl Numerics {
         }
     }
 
-    /// RoPE's frequencies `base^(-2i/rot_dim)` for `rot_dim/2` pairs.
-    pub fn rope_freqs(self, base: f32, rot_dim: usize) -> RopeFreqs {
+    /// RoPE's frequencies `base^(-2i/rot_dim) / factors[i]` for `rot_dim/2` pairs (`factors`:
+    /// Llama 3.1's `rope_freqs`, all 1 when `None`; callers check its length).
+    pub fn rope_freqs(self, base: f32, rot_dim: usize, factors: Option<&[f32]>) -> RopeFreqs {
+        let factors: Vec<f32> = match factors {
+            Some(f) => f.to_vec(),
+            None => vec![1.0; rot_dim / 2],
+        };
         let inv_freq = (0..rot_dim / 2)
-            .map(|i| (base as f64).powf(-2.0 * i as f64 / rot_dim as f64))
+            .map(|i| (base as f64).powf(-2.0 * i as f64 / rot_dim as f64) / factors[i] as f64)
             .collect();
         RopeFreqs {
             numerics: self,
             inv_freq,
             step: base.powf(-2.0 / rot_dim as f32),
+            factors,
         }
     }
 
@@ -106,6 +112,8 @@ pub struct RopeFreqs {
     inv_freq: Vec<f64>,
     /// `base^(-2/rot_dim)` in f32: llama.cpp's ratio from one pair's angle to the next.
     step: f32,
+    /// Per-pair divisors of the angle (llama.cpp divides its f32 angle by them).
+    factors: Vec<f32>,
 }
 
 impl RopeFreqs {
@@ -124,11 +132,12 @@ impl RopeFreqs {
                 .collect(),
             Numerics::Llama => {
                 let mut theta = pos as f32;
-                (0..self.inv_freq.len())
-                    .map(|_| {
-                        let cs = (theta.cos(), theta.sin());
+                self.factors
+                    .iter()
+                    .map(|&f| {
+                        let a = theta / f;
                         theta *= self.step;
-                        cs
+                        (a.cos(), a.sin())
                     })
                     .collect()
             }
@@ -355,8 +364,8 @@ mod tests {
         /// of kiln's f64 ones up to position 4096.
         #[test]
         fn rope_numerics_agree(pos in 0usize..4096, base in prop::sample::select(vec![10_000f32, 100_000.0, 1_000_000.0])) {
-            let k = Numerics::Kiln.rope_freqs(base, 64).cos_sin(pos);
-            let l = Numerics::Llama.rope_freqs(base, 64).cos_sin(pos);
+            let k = Numerics::Kiln.rope_freqs(base, 64, None).cos_sin(pos);
+            let l = Numerics::Llama.rope_freqs(base, 64, None).cos_sin(pos);
             for (i, (a, b)) in k.iter().zip(&l).enumerate() {
                 prop_assert!((a.0 - b.0).abs() < 1e-3 && (a.1 - b.1).abs() < 1e-3, "pair {i}: {a:?} vs {b:?}");
             }

@@ -265,7 +265,8 @@ pub fn softmax(x: &[f32], cols: usize) -> Vec<f64> {
 
 /// RoPE of `x` (`n × heads × head_dim`), token t at position `pos0 + t`: the first `rot_dim`
 /// dims of each head rotate in pairs (2i, 2i+1) (normal) or (i, i + rot_dim/2) (NeoX) by angle
-/// `pos · theta^(−2i/rot_dim)`; the remaining dims pass through.
+/// `pos · theta^(−2i/rot_dim) / factors[i]` (`factors` all 1 when `None`); the remaining dims
+/// pass through.
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
     x: &[f32],
@@ -275,6 +276,7 @@ pub fn rope(
     pos0: usize,
     theta: f64,
     neox: bool,
+    factors: Option<&[f32]>,
 ) -> Vec<f64> {
     assert!(rot_dim % 2 == 0 && rot_dim <= head_dim && x.len() % (heads * head_dim) == 0);
     let mut out = widen(x);
@@ -282,7 +284,8 @@ pub fn rope(
     for (row, head) in out.chunks_exact_mut(head_dim).enumerate() {
         let pos = (pos0 + row / heads) as f64;
         for i in 0..half {
-            let angle = pos * theta.powf(-((2 * i) as f64) / rot_dim as f64);
+            let factor = factors.map_or(1.0, |f| f[i] as f64);
+            let angle = pos * theta.powf(-((2 * i) as f64) / rot_dim as f64) / factor;
             let (s, c) = angle.sin_cos();
             let (a, b) = if neox {
                 (i, i + half)

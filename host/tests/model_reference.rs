@@ -29,6 +29,8 @@ struct Synth {
     /// (experts, used per token, expert width): routed experts instead of the dense
     /// feed-forward (`qwen3moe`).
     experts: Option<(usize, usize, usize)>,
+    /// `rope_freqs.weight` (Llama 3.1+): one divisor per rotary pair (`head_dim / 2`).
+    rope_factors: Option<&'static [f32]>,
 }
 
 const EPS: f32 = 1e-5;
@@ -47,6 +49,7 @@ const LLAMA: Synth = Synth {
     v_down_ty: None,
     tied: true,
     experts: None,
+    rope_factors: None,
 };
 
 /// head_dim (32) != n_embd / n_head (16), as in real Qwen3 models; untied output.
@@ -63,6 +66,7 @@ const QWEN3: Synth = Synth {
     v_down_ty: None,
     tied: false,
     experts: None,
+    rope_factors: None,
 };
 
 /// Qwen3-MoE: 8 experts of width 32, 2 per token, with QK-norm like QWEN3.
@@ -225,6 +229,11 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
         w.add_tensor(name.clone(), &dims, ty).unwrap();
         data.push(bytes);
     }
+    if let Some(f) = s.rope_factors {
+        w.add_tensor("rope_freqs.weight", &[f.len() as u64], GgmlType::F32)
+            .unwrap();
+        data.push(f.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
     let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     let file = GgufFile::from_bytes(w.to_vec(&refs).unwrap()).unwrap();
     (Arc::new(file), weights)
@@ -253,10 +262,11 @@ fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool) {
+fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool, factors: Option<&[f32]>) {
     for head in x.chunks_mut(hd) {
         for i in 0..hd / 2 {
-            let theta = pos as f64 * (BASE as f64).powf(-2.0 * i as f64 / hd as f64);
+            let divisor = factors.map_or(1.0, |f| f[i] as f64);
+            let theta = pos as f64 * (BASE as f64).powf(-2.0 * i as f64 / hd as f64) / divisor;
             let (a, b) = if neox {
                 (i, i + hd / 2)
             } else {
@@ -320,8 +330,8 @@ fn reference_steered(
                 q = rms_norm(&q, g(&b("attn_q_norm")));
                 k = rms_norm(&k, g(&b("attn_k_norm")));
             }
-            rope(&mut q, hd, p, qwen);
-            rope(&mut k, hd, p, qwen);
+            rope(&mut q, hd, p, qwen, s.rope_factors);
+            rope(&mut k, hd, p, qwen, s.rope_factors);
             f16_round(&mut k);
             f16_round(&mut v);
             qs.push(q);
@@ -1259,4 +1269,79 @@ fn control_vectors_match_f64_reference() {
     let too_many = vec![None; 4];
     assert!(model.steer(&Cpu::new(), &too_many).is_err());
     assert!(model.steer(&Cpu::new(), &[Some(vec![0.0; 3])]).is_err());
+}
+
+/// Llama 3.1+'s `rope_freqs.weight` divides each rotary pair's frequency: both backends against
+/// the float64 forward pass with divided angles, for interleaved (llama) and NeoX (qwen3) pairs;
+/// a factor table of the wrong length is an error naming the tensor.
+#[test]
+fn rope_frequency_factors_match_f64_reference() {
+    use kiln_host::backend::cuda::Cuda;
+    // Mixed divisors, some < 1, as the table spans high and low frequencies.
+    const FACTORS: [f32; 16] = [
+        1.0, 1.0, 2.0, 4.0, 8.0, 16.0, 0.5, 3.0, 1.0, 32.0, 1.5, 6.0, 2.0, 0.25, 8.0, 1.0,
+    ];
+    // head_dim 32: the GPU kernels' smallest head.
+    for base in [
+        Synth {
+            head_dim: 32,
+            ..LLAMA
+        },
+        QWEN3,
+    ] {
+        let pairs = base.head_dim / 2;
+        let s = Synth {
+            ty: GgmlType::F16,
+            rope_factors: Some(&FACTORS[..pairs]),
+            ..base
+        };
+        let (file, weights) = build(&s);
+        let want = reference(&s, &weights, &TOKENS);
+        let plain = reference(
+            &Synth {
+                rope_factors: None,
+                ..s
+            },
+            &weights,
+            &TOKENS,
+        );
+        let as_f32 = |r: &[Vec<f64>]| -> Vec<Vec<f32>> {
+            r.iter()
+                .map(|r| r.iter().map(|&v| v as f32).collect())
+                .collect()
+        };
+        let moved = rel_err(&as_f32(&want), &plain);
+        assert!(
+            moved > 1e-2,
+            "{}: the factors barely move the logits ({moved:.2e})",
+            s.arch
+        );
+        let cpu = prefill_steered(&Cpu::new().with_f32_activations(), &file, &TOKENS, &[]);
+        let err = rel_err(&cpu, &want);
+        assert!(
+            err < 1e-3,
+            "{} CPU: rel err {err:.2e} against float64",
+            s.arch
+        );
+        let cuda = Cuda::host::<policies::Hopper>().with_f32_activations();
+        let gpu = prefill_steered(&cuda, &file, &TOKENS, &[]);
+        let err = rel_err(&gpu, &want);
+        assert!(
+            err < 5e-3,
+            "{} CUDA-on-host: rel err {err:.2e} against float64",
+            s.arch
+        );
+    }
+    let (file, _) = build(&Synth {
+        rope_factors: Some(&FACTORS[..3]),
+        ..QWEN3
+    });
+    let Err(e) = models::load(&Cpu::new(), &file, &mut |_, _| {}) else {
+        panic!("a 3-entry rope_freqs.weight for 32 rotary dims loaded");
+    };
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("rope_freqs.weight") && msg.contains("[16]"),
+        "{msg}"
+    );
 }

@@ -235,12 +235,12 @@ kernel_table! {
     kiln_matvec_f16 = matvec::matvec_f16 [] (w: *const u16, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_rms_norm = norm::rms_norm [] (x: *const f32, w: *const f32, out: *mut f32, cols: u32, eps: f32);
     kiln_rms_norm_q8 = norm::rms_norm_q8 [] (x: *const f32, w: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, cols: u32, eps: f32);
-    kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, eps: f32);
-    kiln_rope_store = norm::rope_store [] (q: *const f32, k: *const f32, v: *const f32, q_norm: *const f32, k_norm: *const f32, q_out: *mut f32, k_cache: *mut u16, v_cache: *mut u16, heads: u32, kv_heads: u32, head_dim: u32, rot_dim: u32, max_ctx: u32, pos: *const u32, log2_base: f32, neox: u32, norm: u32, eps: f32);
+    kiln_rms_norm_rope = norm::rms_norm_rope [] (x: *const f32, w: *const f32, out: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, factors: *const f32, neox: u32, eps: f32);
+    kiln_rope_store = norm::rope_store [] (q: *const f32, k: *const f32, v: *const f32, q_norm: *const f32, k_norm: *const f32, q_out: *mut f32, k_cache: *mut u16, v_cache: *mut u16, heads: u32, kv_heads: u32, head_dim: u32, rot_dim: u32, max_ctx: u32, pos: *const u32, log2_base: f32, factors: *const f32, neox: u32, norm: u32, eps: f32);
     kiln_argmax_blocks = norm::argmax_blocks [] (x: *const f32, part: *mut u32, cols: u32);
     kiln_argmax_merge = norm::argmax_merge [] (part: *const u32, out: *mut u32, parts: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
-    kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, neox: u32, threads: u32);
+    kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, factors: *const f32, neox: u32, threads: u32);
     kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
     kiln_to_f16 = ew::to_f16 [] (x: *const f32, h: *mut u32, pairs: u32);
     kiln_add_assign = ew::add_assign [] (acc: *mut f32, x: *const f32, len: u32);

@@ -363,7 +363,16 @@ impl Backend for Cpu {
             "rope: rotary dims {rd} must be even and <= {hd}"
         );
         let half = rd / 2;
-        let freqs = self.numerics.rope_freqs(rope.freq_base, rd);
+        if let Some(f) = &rope.factors {
+            ensure!(
+                f.len() == rd / 2,
+                "rope: {} frequency factors for {rd} rotary dims",
+                f.len()
+            );
+        }
+        let freqs = self
+            .numerics
+            .rope_freqs(rope.freq_base, rd, rope.factors.as_deref());
         let cols = x.cols;
         let rotate_row = |(r, row): (usize, &mut [f32])| {
             let cs = freqs.cos_sin(pos + r);

@@ -102,6 +102,8 @@ pub struct Cuda {
     /// A prompt's experts as grouped tensor-core GEMMs; `KILN_MOE_GEMM=0` keeps the
     /// expert-sorted Q8_1 mat-vecs (the A/B switch).
     pub(super) moe_gemm: bool,
+    /// The model's RoPE frequency divisors on the device, uploaded at first use.
+    rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
 
 impl Cuda {
@@ -150,6 +152,7 @@ impl Cuda {
             matvec3_wide: true,
             attention_mma: true,
             moe_gemm: true,
+            rope_factors: RefCell::default(),
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -294,6 +297,25 @@ impl Cuda {
         Ok(Arg::Ptr(st.buf.ptr_at(at)))
     }
     /// Device address of the step's first position.
+    /// The RoPE kernels' `factors` argument: null without divisors, else their device copy
+    /// (uploaded once per set of factors, so recorded decode steps keep a valid address).
+    fn rope_factors_arg(&self, rope: &Rope) -> Result<Arg> {
+        let Some(f) = &rope.factors else {
+            return Ok(Arg::Ptr(0));
+        };
+        ensure!(
+            f.len() == rope.rot_dim / 2,
+            "rope: {} frequency factors for {} rotary dims",
+            f.len(),
+            rope.rot_dim
+        );
+        let mut cached = self.rope_factors.borrow_mut();
+        if !cached.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, f)) {
+            *cached = Some((f.clone(), self.gpu.upload(f)?));
+        }
+        Ok(cached.as_ref().map_or(Arg::Ptr(0), |(_, d)| d.arg()))
+    }
+
     fn pos_arg(&self, pos: usize) -> Result<Arg> {
         self.step_arg(0, &[to_u32(pos, "position")?])
     }
@@ -1026,6 +1048,7 @@ impl Backend for Cuda {
                 u32_arg(rope.rot_dim, "rot_dim")?,
                 self.pos_arg(pos)?,
                 Arg::F32(rope.freq_base.log2()),
+                self.rope_factors_arg(rope)?,
                 Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
                 Arg::F32(eps),
             ],
@@ -1052,6 +1075,7 @@ impl Backend for Cuda {
                 u32_arg(rope.rot_dim, "rot_dim")?,
                 self.pos_arg(pos)?,
                 Arg::F32(rope.freq_base.log2()),
+                self.rope_factors_arg(rope)?,
                 Arg::U32(neox),
                 u32_arg(threads, "rope size")?,
             ],
@@ -1194,6 +1218,7 @@ impl Backend for Cuda {
                 u32_arg(spec.max_seq, "context")?,
                 pos_d,
                 Arg::F32(rope.freq_base.log2()),
+                self.rope_factors_arg(rope)?,
                 Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
                 Arg::U32(u32::from(norms.is_some())),
                 Arg::F32(eps),

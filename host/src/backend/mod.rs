@@ -61,6 +61,9 @@ pub struct Rope {
     /// Leading dimensions of each head that rotate (the rest pass through); usually `head_dim`.
     pub rot_dim: usize,
     pub freq_base: f32,
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1+ long context): pair `i`'s
+    /// angle is `pos·base^(−2i/rot_dim) / factors[i]`. `None`: all 1.
+    pub factors: Option<std::sync::Arc<[f32]>>,
 }
 
 /// Shape of the attention of one layer.

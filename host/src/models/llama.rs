@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use super::Config;
 use super::blocks::{Decoder, Loader};
@@ -17,10 +17,6 @@ pub fn load<B: Backend>(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Decoder<B>> {
     let cfg = Config::from_gguf(file, RopeStyle::Normal)?;
-    let l = Loader::new(b, file);
-    if l.has("rope_freqs.weight") {
-        // Llama 3.1+ long-context frequency scaling; without it outputs drift, so refuse.
-        bail!("rope_freqs.weight (Llama 3.1+ RoPE scaling) is not supported yet");
-    }
-    Decoder::load(&l, cfg, false, progress)
+    // Llama 3.1+'s `rope_freqs.weight` is read into `cfg.rope.factors`.
+    Decoder::load(&Loader::new(b, file), cfg, false, progress)
 }

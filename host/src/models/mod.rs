@@ -119,6 +119,7 @@ impl Config {
                 rot_dim,
                 // 10000 is the value of the original RoPE paper, which files omitting it assume.
                 freq_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+                factors: rope_factors(file, rot_dim)?,
             },
             arch,
             n_embd,
@@ -147,6 +148,31 @@ impl Config {
             head_dim: self.head_dim,
         }
     }
+}
+
+/// `rope_freqs.weight` (Llama 3.1+'s long-context RoPE): one f32 divisor per rotary pair.
+fn rope_factors(file: &GgufFile, rot_dim: usize) -> Result<Option<std::sync::Arc<[f32]>>> {
+    const NAME: &str = "rope_freqs.weight";
+    let Ok(t) = file.tensor(NAME) else {
+        return Ok(None);
+    };
+    ensure!(
+        t.ggml_type == crate::gguf::GgmlType::F32 && t.dims == [rot_dim as u64 / 2],
+        "{NAME}: {} {:?}, expected F32 [{}] (half the rotary dims)",
+        t.ggml_type.name(),
+        t.dims,
+        rot_dim / 2
+    );
+    let f: Vec<f32> = file
+        .tensor_data(t)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    ensure!(
+        f.iter().all(|v| v.is_finite() && *v > 0.0),
+        "{NAME}: every factor must be a positive number"
+    );
+    Ok(Some(f.into()))
 }
 
 /// Whether `arch` rescales its chosen experts' weights to sum to 1 when the file does not say

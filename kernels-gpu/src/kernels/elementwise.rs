@@ -13,8 +13,8 @@ fn global_id() -> u32 {
 /// RoPE in place on `x` (`n × heads × head_dim`); token t is at position `*pos + t` (the step's
 /// first position is read from device memory so a recorded decode step replays at any position).
 /// Rotates the first `rot_dim` dims of each head: pairs (2i, 2i+1) (`neox == 0`, llama) or
-/// (i, i + rot_dim/2) (`neox != 0`, Qwen/NeoX), by angle pos·base^(−2i/rot_dim).
-/// Threads: `n × heads × rot_dim/2`.
+/// (i, i + rot_dim/2) (`neox != 0`, Qwen/NeoX), by angle pos·base^(−2i/rot_dim) / factors[i]
+/// (`factors` null: 1; Llama 3.1's long-context `rope_freqs`). Threads: `n × heads × rot_dim/2`.
 pub unsafe fn rope<P: TargetPolicy>(
     x: *mut f32,
     heads: u32,
@@ -22,6 +22,7 @@ pub unsafe fn rope<P: TargetPolicy>(
     rot_dim: u32,
     pos: *const u32,
     log2_base: f32,
+    factors: *const f32,
     neox: u32,
     threads: u32,
 ) {
@@ -37,7 +38,8 @@ pub unsafe fn rope<P: TargetPolicy>(
     unsafe {
         let pa = x.add(base + a as usize);
         let pb = x.add(base + b as usize);
-        (*pa, *pb) = rotate(*pa, *pb, pos, i, rot_dim, log2_base);
+        let factor = rope_factor(factors, i);
+        (*pa, *pb) = rotate(*pa, *pb, pos, i, rot_dim, log2_base, factor);
     }
 }
 
@@ -52,11 +54,29 @@ pub fn rope_pair(i: u32, rot_dim: u32, neox: u32) -> (u32, u32) {
     }
 }
 
-/// `(a, b)` rotated by pos·base^(−2i/rot_dim). Every RoPE kernel goes through here, so the
-/// fused norm+RoPE and the plain RoPE produce the same bits.
+/// Pair `i`'s frequency divisor: `factors[i]`, or 1 when `factors` is null.
 #[inline(always)]
-pub fn rotate(a: f32, b: f32, pos: u32, i: u32, rot_dim: u32, log2_base: f32) -> (f32, f32) {
-    let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base);
+pub unsafe fn rope_factor(factors: *const f32, i: u32) -> f32 {
+    if factors.is_null() {
+        1.0
+    } else {
+        unsafe { *factors.add(i as usize) }
+    }
+}
+
+/// `(a, b)` rotated by pos·base^(−2i/rot_dim) / factor. Every RoPE kernel goes through here, so
+/// the fused norm+RoPE and the plain RoPE produce the same bits.
+#[inline(always)]
+pub fn rotate(
+    a: f32,
+    b: f32,
+    pos: u32,
+    i: u32,
+    rot_dim: u32,
+    log2_base: f32,
+    factor: f32,
+) -> (f32, f32) {
+    let freq = exp2(-((2 * i) as f32) / rot_dim as f32 * log2_base) / factor;
     let (s, c) = sin_cos(pos as f32 * freq);
     (a * c - b * s, a * s + b * c)
 }

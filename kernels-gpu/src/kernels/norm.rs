@@ -2,7 +2,7 @@
 //! memory. Launch: [`launch::per_row`](crate::kernels::launch::per_row).
 use crate::device::*;
 use crate::kernels::attention::kv_row;
-use crate::kernels::elementwise::{rope_pair, rotate};
+use crate::kernels::elementwise::{rope_factor, rope_pair, rotate};
 use crate::kernels::matvec::{q8_1_code, q8_1_scale, q8_1_stored};
 use policies::TargetPolicy;
 
@@ -176,6 +176,7 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
     rot_dim: u32,
     pos: *const u32,
     log2_base: f32,
+    factors: *const f32,
     neox: u32,
     eps: f32,
 ) {
@@ -184,6 +185,7 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
     let rope = HeadRope {
         rot_dim,
         log2_base,
+        factors,
         neox,
     };
     unsafe {
@@ -217,6 +219,7 @@ pub unsafe fn rope_store<P: TargetPolicy>(
     max_ctx: u32,
     pos: *const u32,
     log2_base: f32,
+    factors: *const f32,
     neox: u32,
     norm: u32,
     eps: f32,
@@ -226,6 +229,7 @@ pub unsafe fn rope_store<P: TargetPolicy>(
     let rope = HeadRope {
         rot_dim,
         log2_base,
+        factors,
         neox,
     };
     let hd = head_dim as usize;
@@ -269,6 +273,7 @@ pub unsafe fn rope_store<P: TargetPolicy>(
 struct HeadRope {
     rot_dim: u32,
     log2_base: f32,
+    factors: *const f32,
     neox: u32,
 }
 
@@ -304,7 +309,8 @@ unsafe fn norm_rope_head(
         let mut i = thread_idx();
         while i < rot_dim / 2 {
             let (a, b) = rope_pair(i, rot_dim, r.neox);
-            let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, r.log2_base);
+            let factor = unsafe { rope_factor(r.factors, i) };
+            let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, r.log2_base, factor);
             store(a, ra);
             store(b, rb);
             i += block_dim();
