@@ -115,15 +115,20 @@ PY
       done
       ;;
     serve)
-      echo "== kiln serve on CUDA: greedy text equal to kiln generate, streamed and not (SmolLM2)"
+      echo "== kiln serve on CUDA: greedy text equal to kiln generate, streamed and not (SmolLM2, else tiny-qwen3moe)"
       M=/tmp/smollm2.gguf
       [ -f .gpu/model.part_b ] && cat /tmp/smollm2.part_a .gpu/model.part_b > $M
+      if [ ! -f $M ]; then
+        M=/tmp/tiny-qwen3moe.gguf
+        [ -f $M ] || $G/xtask gen-model --preset tiny-qwen3moe --quant q4_0 --out $M > /dev/null 2>&1
+      fi
+      echo "model $(basename $M)" | tee "$OUT/serve.txt"
       $G/kiln serve -m $M --device cuda --port 0 2> "$OUT/serve.err" &
       pid=$!
       for _ in $(seq 100); do grep -q "listening on" "$OUT/serve.err" && break; sleep 0.1; done
       addr=$(sed -n 's/.*listening on //p' "$OUT/serve.err")
       $G/kiln generate -m $M -p "The capital of France is" -n 32 --temp 0 --device cuda --json > "$OUT/serve_cli.json" 2> /dev/null
-      python3 - "$addr" "$OUT/serve_cli.json" <<'PY' | tee "$OUT/serve.txt"
+      python3 - "$addr" "$OUT/serve_cli.json" <<'PY' | tee -a "$OUT/serve.txt"
 import json, sys, urllib.request
 addr, cli = sys.argv[1], json.load(open(sys.argv[2]))
 def post(body):
