@@ -31,6 +31,8 @@ struct Synth {
     experts: Option<(usize, usize, usize)>,
     /// `rope_freqs.weight` (Llama 3.1+): one divisor per rotary pair (`head_dim / 2`).
     rope_factors: Option<&'static [f32]>,
+    /// `{arch}.rope.scaling.type` and `.factor` (the original context is `context_length`, 64).
+    rope_scaling: Option<(&'static str, f32)>,
 }
 
 const EPS: f32 = 1e-5;
@@ -50,6 +52,7 @@ const LLAMA: Synth = Synth {
     tied: true,
     experts: None,
     rope_factors: None,
+    rope_scaling: None,
 };
 
 /// head_dim (32) != n_embd / n_head (16), as in real Qwen3 models; untied output.
@@ -67,6 +70,7 @@ const QWEN3: Synth = Synth {
     tied: false,
     experts: None,
     rope_factors: None,
+    rope_scaling: None,
 };
 
 /// Qwen3-MoE: 8 experts of width 32, 2 per token, with QK-norm like QWEN3.
@@ -180,6 +184,12 @@ fn build(s: &Synth) -> (Arc<GgufFile>, HashMap<String, Vec<f64>>) {
     for (k, v) in meta {
         w.add_metadata(k, v).unwrap();
     }
+    if let Some((kind, factor)) = s.rope_scaling {
+        w.add_metadata(format!("{a}.rope.scaling.type"), Value::String(kind.into()))
+            .unwrap();
+        w.add_metadata(format!("{a}.rope.scaling.factor"), Value::F32(factor))
+            .unwrap();
+    }
     if let Some((n, used, ff)) = s.experts {
         for (k, v) in [
             ("expert_count", n),
@@ -262,19 +272,44 @@ fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool, factors: Option<&[f32]>) {
+/// Rotates each head of `x` at `pos`, with the file's RoPE extensions as llama.cpp defines them:
+/// per-pair divisors (`rope_freqs`), linear scaling (angles / factor), and YaRN (pairs below the
+/// correction range keep their angle, pairs above are divided by the factor, a linear ramp
+/// between; rotated values grow by 1 + 0.1·ln(factor)).
+fn rope(x: &mut [f64], hd: usize, pos: usize, neox: bool, s: &Synth) {
+    let (base, orig) = (BASE as f64, 64.0);
+    let corr = |turns: f64| {
+        hd as f64 * (orig / (turns * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let (low, high) = (
+        corr(32.0).floor().max(0.0),
+        corr(1.0).ceil().min(hd as f64 - 1.0),
+    );
     for head in x.chunks_mut(hd) {
         for i in 0..hd / 2 {
-            let divisor = factors.map_or(1.0, |f| f[i] as f64);
-            let theta = pos as f64 * (BASE as f64).powf(-2.0 * i as f64 / hd as f64) / divisor;
+            let divisor = s.rope_factors.map_or(1.0, |f| f[i] as f64);
+            let extrap = pos as f64 * base.powf(-2.0 * i as f64 / hd as f64) / divisor;
+            let (theta, mscale) = match s.rope_scaling {
+                None => (extrap, 1.0),
+                Some(("linear", f)) => (extrap / f as f64, 1.0),
+                Some(("yarn", f)) => {
+                    let f = f as f64;
+                    let keep = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                    (
+                        extrap / f * (1.0 - keep) + extrap * keep,
+                        1.0 + 0.1 * f.ln(),
+                    )
+                }
+                Some((other, _)) => panic!("no reference for {other}"),
+            };
             let (a, b) = if neox {
                 (i, i + hd / 2)
             } else {
                 (2 * i, 2 * i + 1)
             };
             let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * theta.cos() - x1 * theta.sin();
-            head[b] = x0 * theta.sin() + x1 * theta.cos();
+            head[a] = mscale * (x0 * theta.cos() - x1 * theta.sin());
+            head[b] = mscale * (x0 * theta.sin() + x1 * theta.cos());
         }
     }
 }
@@ -330,8 +365,8 @@ fn reference_steered(
                 q = rms_norm(&q, g(&b("attn_q_norm")));
                 k = rms_norm(&k, g(&b("attn_k_norm")));
             }
-            rope(&mut q, hd, p, qwen, s.rope_factors);
-            rope(&mut k, hd, p, qwen, s.rope_factors);
+            rope(&mut q, hd, p, qwen, s);
+            rope(&mut k, hd, p, qwen, s);
             f16_round(&mut k);
             f16_round(&mut v);
             qs.push(q);
@@ -615,12 +650,12 @@ fn load_errors_name_what_is_missing() {
         "{err:#}"
     );
 
-    // RoPE scaling the executor does not implement: refused, the key named.
+    // RoPE scaling kiln does not implement (Phi-3's longrope): refused, the key named.
     let mut w = GgufWriter::new();
     for (k, v) in file.metadata() {
         w.add_metadata(k.clone(), v.clone()).unwrap();
     }
-    w.add_metadata("llama.rope.scaling.type", Value::String("yarn".into()))
+    w.add_metadata("llama.rope.scaling.type", Value::String("longrope".into()))
         .unwrap();
     w.add_metadata("llama.rope.scaling.factor", Value::F32(4.0))
         .unwrap();
@@ -633,7 +668,7 @@ fn load_errors_name_what_is_missing() {
         .err()
         .expect("load must fail");
     assert!(
-        format!("{err:#}").contains("llama.rope.scaling.type = \"yarn\" (factor 4)"),
+        format!("{err:#}").contains("llama.rope.scaling.type = \"longrope\""),
         "{err:#}"
     );
 
@@ -1271,65 +1306,64 @@ fn control_vectors_match_f64_reference() {
     assert!(model.steer(&Cpu::new(), &[Some(vec![0.0; 3])]).is_err());
 }
 
-/// Llama 3.1+'s `rope_freqs.weight` divides each rotary pair's frequency: both backends against
-/// the float64 forward pass with divided angles, for interleaved (llama) and NeoX (qwen3) pairs;
-/// a factor table of the wrong length is an error naming the tensor.
+/// Context-extension RoPE against the float64 forward pass written from llama.cpp's
+/// definitions, on both backends: Llama 3.1+'s `rope_freqs.weight` (per-pair divisors), linear
+/// scaling, and YaRN (alone and over `rope_freqs`), for interleaved (llama) and NeoX (qwen3)
+/// pairs; a factor table of the wrong length is an error naming the tensor.
 #[test]
-fn rope_frequency_factors_match_f64_reference() {
+fn rope_extensions_match_f64_reference() {
     use kiln_host::backend::cuda::Cuda;
     // Mixed divisors, some < 1, as the table spans high and low frequencies.
     const FACTORS: [f32; 16] = [
         1.0, 1.0, 2.0, 4.0, 8.0, 16.0, 0.5, 3.0, 1.0, 32.0, 1.5, 6.0, 2.0, 0.25, 8.0, 1.0,
     ];
-    // head_dim 32: the GPU kernels' smallest head.
-    for base in [
-        Synth {
-            head_dim: 32,
-            ..LLAMA
-        },
-        QWEN3,
-    ] {
-        let pairs = base.head_dim / 2;
+    // head_dim 32: the GPU kernels' smallest head. YaRN's ramp over 64 original positions
+    // spans pairs 0..5 of 16, so all three regimes (kept, blended, divided) are exercised.
+    let llama = Synth {
+        head_dim: 32,
+        ..LLAMA
+    };
+    let cases = [
+        (llama, true, None),
+        (QWEN3, true, None),
+        (QWEN3, false, Some(("linear", 4.0))),
+        (QWEN3, false, Some(("yarn", 4.0))),
+        (llama, true, Some(("yarn", 8.0))),
+    ];
+    for (base, factors, scaling) in cases {
         let s = Synth {
             ty: GgmlType::F16,
-            rope_factors: Some(&FACTORS[..pairs]),
+            rope_factors: factors.then_some(&FACTORS[..base.head_dim / 2]),
+            rope_scaling: scaling,
             ..base
         };
+        let what = format!("{} factors {factors} scaling {scaling:?}", s.arch);
         let (file, weights) = build(&s);
         let want = reference(&s, &weights, &TOKENS);
-        let plain = reference(
-            &Synth {
-                rope_factors: None,
-                ..s
-            },
-            &weights,
-            &TOKENS,
-        );
+        let plain = Synth {
+            rope_factors: None,
+            rope_scaling: None,
+            ..s
+        };
         let as_f32 = |r: &[Vec<f64>]| -> Vec<Vec<f32>> {
             r.iter()
                 .map(|r| r.iter().map(|&v| v as f32).collect())
                 .collect()
         };
-        let moved = rel_err(&as_f32(&want), &plain);
+        let moved = rel_err(&as_f32(&want), &reference(&plain, &weights, &TOKENS));
         assert!(
             moved > 1e-2,
-            "{}: the factors barely move the logits ({moved:.2e})",
-            s.arch
+            "{what}: barely moves the logits ({moved:.2e})"
         );
         let cpu = prefill_steered(&Cpu::new().with_f32_activations(), &file, &TOKENS, &[]);
         let err = rel_err(&cpu, &want);
-        assert!(
-            err < 1e-3,
-            "{} CPU: rel err {err:.2e} against float64",
-            s.arch
-        );
+        assert!(err < 1e-3, "{what}, CPU: rel err {err:.2e} against float64");
         let cuda = Cuda::host::<policies::Hopper>().with_f32_activations();
         let gpu = prefill_steered(&cuda, &file, &TOKENS, &[]);
         let err = rel_err(&gpu, &want);
         assert!(
             err < 5e-3,
-            "{} CUDA-on-host: rel err {err:.2e} against float64",
-            s.arch
+            "{what}, CUDA-on-host: rel err {err:.2e} against float64"
         );
     }
     let (file, _) = build(&Synth {

@@ -4,6 +4,7 @@
 pub mod blocks;
 pub mod llama;
 pub mod qwen3;
+mod rope_scaling;
 
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ pub struct Config {
     pub n_ctx_train: usize,
     pub rms_eps: f32,
     pub rope: Rope,
+    /// Multiplies `q·k`: `1/sqrt(head_dim)`, times YaRN's magnitude correction when the file
+    /// asks for it ([`rope_scaling`]).
+    pub attn_scale: f32,
     /// The feed-forward's experts, for mixture-of-experts models (`{arch}.expert_count` > 0).
     pub experts: Option<Experts>,
 }
@@ -69,15 +73,10 @@ impl Config {
             );
         }
         let rot_dim = u("rope.dimension_count").unwrap_or(head_dim);
-        // Context-extension RoPE scaling changes every angle; running without it would give
-        // plausible but wrong output at every position, so refuse it until it is implemented.
-        let scaling = file.get_str(&key("rope.scaling.type")).unwrap_or("none");
-        let factor = file.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
-        ensure!(
-            scaling == "none" || factor == 1.0,
-            "{} = {scaling:?} (factor {factor}): RoPE scaling is not supported yet",
-            key("rope.scaling.type")
-        );
+        let n_ctx_train = u("context_length")?;
+        // 10000 is the value of the original RoPE paper, which files omitting it assume.
+        let freq_base = file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
+        let scaling = rope_scaling::read(file, &arch, rot_dim, freq_base, n_ctx_train)?;
         let embd = file
             .tensor("token_embd.weight")
             .context("model has no tensor token_embd.weight")?;
@@ -111,16 +110,16 @@ impl Config {
                 None => u("feed_forward_length")?,
             },
             experts,
-            n_ctx_train: u("context_length")?,
+            n_ctx_train,
             rms_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             rope: Rope {
                 style: rope_style,
                 head_dim,
                 rot_dim,
-                // 10000 is the value of the original RoPE paper, which files omitting it assume.
-                freq_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
-                factors: rope_factors(file, rot_dim)?,
+                freq_base,
+                factors: scaling.factors,
             },
+            attn_scale: scaling.attn_scale / (head_dim as f32).sqrt(),
             arch,
             n_embd,
             n_head,
@@ -135,7 +134,7 @@ impl Config {
             n_head: self.n_head,
             n_kv_head: self.n_kv_head,
             head_dim: self.head_dim,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            scale: self.attn_scale,
         }
     }
 
@@ -148,31 +147,6 @@ impl Config {
             head_dim: self.head_dim,
         }
     }
-}
-
-/// `rope_freqs.weight` (Llama 3.1+'s long-context RoPE): one f32 divisor per rotary pair.
-fn rope_factors(file: &GgufFile, rot_dim: usize) -> Result<Option<std::sync::Arc<[f32]>>> {
-    const NAME: &str = "rope_freqs.weight";
-    let Ok(t) = file.tensor(NAME) else {
-        return Ok(None);
-    };
-    ensure!(
-        t.ggml_type == crate::gguf::GgmlType::F32 && t.dims == [rot_dim as u64 / 2],
-        "{NAME}: {} {:?}, expected F32 [{}] (half the rotary dims)",
-        t.ggml_type.name(),
-        t.dims,
-        rot_dim / 2
-    );
-    let f: Vec<f32> = file
-        .tensor_data(t)
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    ensure!(
-        f.iter().all(|v| v.is_finite() && *v > 0.0),
-        "{NAME}: every factor must be a positive number"
-    );
-    Ok(Some(f.into()))
 }
 
 /// Whether `arch` rescales its chosen experts' weights to sum to 1 when the file does not say

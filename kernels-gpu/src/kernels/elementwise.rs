@@ -15,6 +15,7 @@ fn global_id() -> u32 {
 /// Rotates the first `rot_dim` dims of each head: pairs (2i, 2i+1) (`neox == 0`, llama) or
 /// (i, i + rot_dim/2) (`neox != 0`, Qwen/NeoX), by angle pos·base^(−2i/rot_dim) / factors[i]
 /// (`factors` null: 1; Llama 3.1's long-context `rope_freqs`). Threads: `n × heads × rot_dim/2`.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn rope<P: TargetPolicy>(
     x: *mut f32,
     heads: u32,
