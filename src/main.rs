@@ -587,6 +587,17 @@ fn info(path: &Path) -> Result<()> {
     writeln!(o, "head dim:       {head_dim}")?;
     writeln!(o, "context:        {}", u("context_length"))?;
     writeln!(o, "rope base:      {}", fl("rope.freq_base"))?;
+    if let Ok(kind) = f.get_str(&format!("{arch}.rope.scaling.type")) {
+        writeln!(
+            o,
+            "rope scaling:   {kind} (factor {}, original context {})",
+            fl("rope.scaling.factor"),
+            u("rope.scaling.original_context_length")
+        )?;
+    }
+    if let Ok(t) = f.tensor("rope_freqs.weight") {
+        writeln!(o, "rope freqs:     per-pair factors {:?}", t.dims)?;
+    }
     writeln!(
         o,
         "rms eps:        {}",
