@@ -89,7 +89,8 @@ pub struct Generation {
 
 impl<B: Backend + 'static> Engine<B> {
     /// Opens and maps the file, loads the executor for its architecture and its tokenizer.
-    /// `max_ctx` caps the KV cache (default: the model's training context).
+    /// `max_ctx` sizes the KV cache (default: the model's training context; a longer one is
+    /// allowed, with a warning).
     pub fn load(backend: B, path: &Path, max_ctx: Option<usize>) -> Result<Self> {
         let file = Arc::new(GgufFile::open(path)?);
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -118,7 +119,16 @@ impl<B: Backend + 'static> Engine<B> {
         let tokenizer = Tokenizer::from_gguf(&file).context("loading the tokenizer")?;
         let template = ChatTemplate::from_gguf(&file).context("loading the chat template")?;
         let train = model.config().n_ctx_train.max(1);
-        let max_ctx = max_ctx.unwrap_or(train).clamp(1, train);
+        // A longer context than the model was trained for is the user's call (as in
+        // llama.cpp), e.g. with RoPE scaling the file does not declare; say so once.
+        let max_ctx = max_ctx.unwrap_or(train).max(1);
+        if max_ctx > train {
+            eprintln!(
+                "warning: context {max_ctx} is longer than the {train} positions the model was \
+                 trained for ({}.context_length); output past {train} may degrade",
+                model.config().arch
+            );
+        }
         Ok(Engine {
             backend,
             file,
