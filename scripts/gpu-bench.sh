@@ -2,12 +2,18 @@
 # Runs on the GPU machine (the `device` tool): the model-level protocol of `xtask bench model`
 # against llama.cpp's llama-bench on synthetic files generated there. Carried in (see
 # scripts/gpu-pack.sh `bench`): .gpu/{kiln,xtask}.xz, .gpu/COMMIT and .llama/llama-bench.xz.part*
-# (built by scripts/build-llama-cpp.sh). Arguments: the presets to measure, each
+# (built by scripts/build-llama-cpp.sh, or here when absent). Arguments: the presets to measure, each
 # `preset:quant` (default: qwen3-0.6b:q4_0 qwen3-8b:q4_0 qwen3-8b:q8_0). Env: REPS (default 3).
 set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT" /tmp/kb /tmp/m
 for b in kiln xtask; do xz -dc .gpu/$b.xz > /tmp/kb/$b && chmod +x /tmp/kb/$b; done
+# No llama-bench carried (a fresh checkout): build it here from .llama/llama-src.tar.xz
+# (scripts/fetch-llama-src.sh), ~4 min on 16 cores; its parts come back under $OUT/llama.
+if ! ls .llama/llama-bench.xz.part* > /dev/null 2>&1; then
+  OUT=$OUT/llama bash scripts/build-llama-cpp.sh > "$OUT/llama-build.log" 2>&1 || { tail -20 "$OUT/llama-build.log"; exit 1; }
+  mkdir -p .llama && cp "$OUT"/llama/llama-bench.xz.part* .llama/
+fi
 cat .llama/llama-bench.xz.part* | xz -dc > /tmp/kb/llama-bench && chmod +x /tmp/kb/llama-bench
 export KILN_COMMIT=$(cat .gpu/COMMIT) LLAMA_BENCH=/tmp/kb/llama-bench
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/smi.txt"
