@@ -393,6 +393,111 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     check_err(dev, "matvec_swiglu", err / scale, 2e-5)
 }
 
+/// A case of the gate/up + SwiGLU that emits Q8_1 (`matvec_swiglu_q8`): whole 32-row blocks,
+/// every rows-per-warp the host may pick.
+#[derive(Debug, Clone)]
+struct SwigluQ8Case {
+    fmt: BlockFormat,
+    /// Output rows in 32-row (one Q8_1 block) units.
+    row_blocks: u32,
+    blocks: u32,
+    n: u32,
+    rows_per_warp: u32,
+    seed: u64,
+}
+
+fn swiglu_q8_case(fmt: BlockFormat) -> impl Strategy<Value = SwigluQ8Case> {
+    (
+        1..=3u32,
+        prop_oneof![
+            Just(1u32),
+            1..=12u32,
+            prop::sample::select(vec![8u32, 64, 136])
+        ],
+        1..=2u32,
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        seed(),
+    )
+        .prop_map(
+            move |(row_blocks, blocks, n, rows_per_warp, seed)| SwigluQ8Case {
+                fmt,
+                row_blocks,
+                blocks: blocks.next_multiple_of(fmt.group() as u32),
+                n,
+                rows_per_warp,
+                seed,
+            },
+        )
+}
+
+/// `matvec_swiglu_q8` writes the bits `matvec_swiglu_split` writes (f32 output), and Q8_1
+/// blocks equal bit for bit to `quantize_q8_1` of that output (which the helper itself checks
+/// against the reference quantizer): the down projection then reads exactly what it read
+/// with the separate quantize launch.
+fn matvec_swiglu_q8(dev: &mut dyn Device, c: &SwigluQ8Case) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (
+        32 * c.row_blocks as usize,
+        c.blocks as usize * QK,
+        c.n as usize,
+    );
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (xq_b, xds_b, _, _) = common::quantize_q8_1(dev, &x, cols, n)?;
+    let mut planes = Vec::new();
+    for _ in 0..2 {
+        let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+        let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
+        planes.push((upload(dev, &qs), upload(dev, &sc)));
+    }
+    let weights = [
+        planes[0].0.arg(),
+        planes[0].1.arg(),
+        planes[1].0.arg(),
+        planes[1].1.arg(),
+    ];
+    let x_args = [xq_b.arg(), xds_b.arg()];
+    let shape = [Arg::U32(rows as u32), Arg::U32(cols as u32)];
+
+    let y0_b = poisoned::<f32>(dev, n * rows, 0xff);
+    let dims = dev
+        .shapes()
+        .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
+    let args = [&weights[..], &x_args[..], &[y0_b.arg()], &shape[..]].concat();
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU), dims, &args);
+    let y0 = download::<f32>(dev, &y0_b);
+    check_written(dev, "matvec_swiglu output", &y0)?;
+
+    let y_b = poisoned::<f32>(dev, n * rows, 0xff);
+    // -128 never comes out of the quantizer: it marks codes never written.
+    let yq_b = poisoned::<i8>(dev, n * rows, 0x80);
+    let yds_b = poisoned::<f32>(dev, n * rows / QK * 2, 0xff);
+    let dims = dev
+        .shapes()
+        .matvec_swiglu_q8(rows as u32, n as u32, c.rows_per_warp);
+    let out = [y_b.arg(), yq_b.arg(), yds_b.arg()];
+    let args = [&weights[..], &x_args[..], &out[..], &shape[..]].concat();
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU_Q8), dims, &args);
+    let y = download::<f32>(dev, &y_b);
+    let label = dev.label();
+    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+    prop_assert!(
+        bits(&y) == bits(&y0),
+        "{label}: matvec_swiglu_q8 f32 output differs from matvec_swiglu's"
+    );
+
+    let (_, _, want_q, want_ds) = common::quantize_q8_1(dev, &y0, rows, n)?;
+    let (yq, yds) = (download::<i8>(dev, &yq_b), download::<f32>(dev, &yds_b));
+    prop_assert!(
+        yq == want_q,
+        "{label}: matvec_swiglu_q8 codes differ from quantize_q8_1's"
+    );
+    prop_assert!(
+        bits(&yds) == bits(&want_ds),
+        "{label}: matvec_swiglu_q8 scales differ from quantize_q8_1's"
+    );
+    Ok(())
+}
+
 /// The f32-activation mat-vec against float64 over the dequantized weights and the raw
 /// activations: only f32 rounding separates them (no activation quantization).
 fn matvec_f32x(dev: &mut dyn Device, c: &QCase) -> Result<(), TestCaseError> {
@@ -443,6 +548,12 @@ kernel_properties! {
     host_matvec_fused_q6k, gpu_matvec_fused_q6k: fused_case(BlockFormat::Q6K) => matvec_fused;
     host_matvec_fused_q5k, gpu_matvec_fused_q5k: fused_case(BlockFormat::Q5K) => matvec_fused;
     host_matvec_fused_q4k, gpu_matvec_fused_q4k: fused_case(BlockFormat::Q4K) => matvec_fused;
+    host_matvec_swiglu_q8_q4_0, gpu_matvec_swiglu_q8_q4_0: swiglu_q8_case(BlockFormat::Q4_0) => matvec_swiglu_q8;
+    host_matvec_swiglu_q8_q4_1, gpu_matvec_swiglu_q8_q4_1: swiglu_q8_case(BlockFormat::Q4_1) => matvec_swiglu_q8;
+    host_matvec_swiglu_q8_q8_0, gpu_matvec_swiglu_q8_q8_0: swiglu_q8_case(BlockFormat::Q8_0) => matvec_swiglu_q8;
+    host_matvec_swiglu_q8_q6k, gpu_matvec_swiglu_q8_q6k: swiglu_q8_case(BlockFormat::Q6K) => matvec_swiglu_q8;
+    host_matvec_swiglu_q8_q5k, gpu_matvec_swiglu_q8_q5k: swiglu_q8_case(BlockFormat::Q5K) => matvec_swiglu_q8;
+    host_matvec_swiglu_q8_q4k, gpu_matvec_swiglu_q8_q4k: swiglu_q8_case(BlockFormat::Q4K) => matvec_swiglu_q8;
     host_matvec_q4_0, gpu_matvec_q4_0: qcase(BlockFormat::Q4_0) => matvec_quantized;
     host_matvec_q4_1, gpu_matvec_q4_1: qcase(BlockFormat::Q4_1) => matvec_quantized;
     host_matvec_q8_0, gpu_matvec_q8_0: qcase(BlockFormat::Q8_0) => matvec_quantized;

@@ -174,6 +174,12 @@ kernel_table! {
     kiln_matvec_swiglu_q6k = matvec::matvec_swiglu_split [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q5k = matvec::matvec_swiglu_split [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q4k = matvec::matvec_swiglu_split [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q4_0 = matvec::matvec_swiglu_q8 [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q4_1 = matvec::matvec_swiglu_q8 [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q8_0 = matvec::matvec_swiglu_q8 [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q6k = matvec::matvec_swiglu_q8 [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q5k = matvec::matvec_swiglu_q8 [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
+    kiln_matvec_swiglu_q8_q4k = matvec::matvec_swiglu_q8 [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_f32x_q4_0 = matvec::matvec_split_f32x [formats::Q4_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q4_1 = matvec::matvec_split_f32x [formats::Q4_1] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
     kiln_matvec_f32x_q8_0 = matvec::matvec_split_f32x [formats::Q8_0] (qs: *const u32, scales: *const u8, x: *const f32, y: *mut f32, rows: u32, cols: u32);
@@ -306,6 +312,14 @@ pub mod families {
         names::kiln_matvec_swiglu_q6k,
         names::kiln_matvec_swiglu_q5k,
         names::kiln_matvec_swiglu_q4k,
+    ];
+    pub const MATVEC_SWIGLU_Q8: FormatEntries = [
+        names::kiln_matvec_swiglu_q8_q4_0,
+        names::kiln_matvec_swiglu_q8_q4_1,
+        names::kiln_matvec_swiglu_q8_q8_0,
+        names::kiln_matvec_swiglu_q8_q6k,
+        names::kiln_matvec_swiglu_q8_q5k,
+        names::kiln_matvec_swiglu_q8_q4k,
     ];
     pub const EMBED: FormatEntries = [
         names::kiln_embed_q4_0,

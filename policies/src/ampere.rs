@@ -23,6 +23,8 @@ impl TargetPolicy for Ampere {
     // Measured on Hopper only (where 4096-row projections gained 1–3 % decode): off here.
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = 1;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = 0;
+    // Not measured here: the separate quantize launch.
+    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 0;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

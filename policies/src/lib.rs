@@ -90,6 +90,11 @@ pub trait TargetPolicy: 'static {
     /// feeds that many rows, and each lane keeps that many rows' blocks in flight.
     const MATVEC_WIDE_ROWS_PER_WARP: u32;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32;
+    /// Most rows per warp of the decode gate/up + SwiGLU that emits the down projection's Q8_1
+    /// blocks itself (`kiln_matvec_swiglu_q8_*`: a block per 32 rows, no quantize launch); the
+    /// host takes the fewest of 1, 2, 4, 8 up to this whose grid is one resident wave, and the
+    /// separate quantize otherwise (0: never).
+    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -172,6 +177,7 @@ macro_rules! gemm_variant {
             const MATVEC_BLOCKS_IN_FLIGHT: u32 = P::MATVEC_BLOCKS_IN_FLIGHT;
             const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
             const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
+            const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = P::SWIGLU_Q8_MAX_ROWS_PER_WARP;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
             const TILE_M: u32 = P::TILE_M;

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_WIDE, MATVEC3, MATVEC3_WIDE,
+    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_Q8, MATVEC_WIDE,
+    MATVEC3, MATVEC3_WIDE,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
+use kernels_gpu::kernels::launch::Dims;
 use kernels_gpu::quant::reblock::{self, ReblockError};
 
 use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
@@ -102,6 +104,10 @@ pub struct Cuda {
     /// A prompt's experts as grouped tensor-core GEMMs; `KILN_MOE_GEMM=0` keeps the
     /// expert-sorted Q8_1 mat-vecs (the A/B switch).
     pub(super) moe_gemm: bool,
+    /// Most rows per warp of the decode gate/up + SwiGLU that emits Q8_1 itself (the policy's
+    /// `SWIGLU_Q8_MAX_ROWS_PER_WARP`; `KILN_SWIGLU_Q8_ROWS` overrides it, 0 = the separate
+    /// quantize launch: the A/B switch).
+    swiglu_q8_rows: u32,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
@@ -110,14 +116,24 @@ impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
         let mapped = std::env::var("KILN_MAPPED_EMBEDDING").map_or(true, |v| v != "0");
+        let base = Self::on(Gpu::new(modules, ordinal)?)?;
+        let swiglu_q8_rows = match std::env::var("KILN_SWIGLU_Q8_ROWS") {
+            Ok(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "KILN_SWIGLU_Q8_ROWS={v}: expected a number of rows per warp (0 = off)"
+                )
+            })?,
+            Err(_) => base.swiglu_q8_rows,
+        };
         Ok(Cuda {
+            swiglu_q8_rows,
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
             attention_mma: std::env::var("KILN_ATTN_MMA").map_or(true, |v| v != "0"),
             moe_gemm: std::env::var("KILN_MOE_GEMM").map_or(true, |v| v != "0"),
-            ..Self::on(Gpu::new(modules, ordinal)?)?
+            ..base
         })
     }
     /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
@@ -131,6 +147,7 @@ impl Cuda {
         let buf = gpu.alloc::<u32>(STEP_BUF_IDS)?;
         let enabled =
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let steps = Steps {
             buf,
             in_step: false,
@@ -152,6 +169,7 @@ impl Cuda {
             matvec3_wide: true,
             attention_mma: true,
             moe_gemm: true,
+            swiglu_q8_rows,
             rope_factors: RefCell::default(),
         })
     }
@@ -571,6 +589,28 @@ impl Cuda {
         )?;
         f(xq.arg(), xds.arg())
     }
+    /// The Q8_1-emitting gate/up + SwiGLU launch for `rows` outputs of `n` tokens: the fewest
+    /// rows per warp (1, 2, 4, 8, up to `swiglu_q8_rows`) whose `rows / 32` blocks are all
+    /// resident at once; `None` (the separate quantize) when none is, or `rows % 32 != 0`.
+    fn swiglu_q8_launch(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        n: usize,
+    ) -> Option<(&'static str, Dims)> {
+        if !rows.is_multiple_of(32) || self.f32_activations {
+            return None;
+        }
+        let k = by_format(ty, MATVEC_SWIGLU_Q8);
+        let (rows, n) = (u32::try_from(rows).ok()?, u32::try_from(n).ok()?);
+        [1, 2, 4, 8]
+            .into_iter()
+            .take_while(|&r| r <= self.swiglu_q8_rows)
+            .map(|r| self.gpu.shapes().matvec_swiglu_q8(rows, n, r))
+            .find(|&dims| self.gpu.fits_one_wave(k, dims))
+            .map(|dims| (k, dims))
+    }
+
     /// Buffers for Q8_1 activations of `rows × cols`: i8 codes (4 per f32 slot) and (d, d·Σq)
     /// per 32-block.
     fn q8_buffers(&self, rows: usize, cols: usize) -> Result<(CudaTensor, CudaTensor)> {
@@ -1383,7 +1423,24 @@ impl Backend for Cuda {
             )?;
             return self.swiglu(&g, &u);
         }
-        let out = self.tensor(x.rows, gate.rows)?;
+        let mut out = self.tensor(x.rows, gate.rows)?;
+        let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
+        if let Some((k, dims)) = self.swiglu_q8_launch(ty, gate.rows, x.rows) {
+            // The down projection's Q8_1 blocks come out of this launch: no quantize node.
+            let (yq, yds) = self.q8_buffers(x.rows, gate.rows)?;
+            self.with_q8(x, |xq, xds| {
+                let args = [gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, out.arg()];
+                let rest = [
+                    yq.arg(),
+                    yds.arg(),
+                    u32_arg(gate.rows, "rows")?,
+                    u32_arg(x.cols, "cols")?,
+                ];
+                self.gpu.launch(k, dims, &[&args[..], &rest[..]].concat())
+            })?;
+            out.q8 = Some(Box::new((yq, yds)));
+            return Ok(out);
+        }
         let k = by_format(ty, MATVEC_SWIGLU);
         let dims = self.gpu.one_wave(
             k,
@@ -1391,7 +1448,6 @@ impl Backend for Cuda {
                 .shapes()
                 .matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()),
         );
-        let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
         self.with_q8(x, |xq, xds| {
             self.gpu.launch(
                 k,

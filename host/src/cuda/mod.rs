@@ -532,29 +532,42 @@ impl Gpu {
     /// SM, not the policy's 8). Unchanged on the host executor. The driver is asked once per
     /// (kernel, block, shared memory): this sits on every eager mat-vec launch.
     pub fn one_wave(&self, kernel: &'static str, dims: Dims) -> Dims {
-        let Imp::Cuda(c) = &self.imp else { return dims };
-        let Some(f) = c.functions.get(kernel) else {
-            return dims;
-        };
-        let mut known = c.occupancy.lock().unwrap_or_else(|e| e.into_inner());
-        let per_sm = *known
-            .entry((kernel, dims.block, dims.shared_bytes))
-            .or_insert_with(|| {
-                f.occupancy_max_active_blocks_per_multiprocessor(
-                    dims.block,
-                    dims.shared_bytes as usize,
-                    None,
-                )
-                .unwrap_or(0)
-            });
-        if per_sm > 0 {
-            Dims {
+        match self.blocks_per_sm(kernel, dims) {
+            Some(per_sm) if per_sm > 0 => Dims {
                 grid_x: dims.grid_x.min(per_sm * self.sms),
                 ..dims
-            }
-        } else {
-            dims
+            },
+            _ => dims,
         }
+    }
+
+    /// Whether all of `dims`' blocks are resident at once (at least one fits per SM, and the
+    /// whole grid in one wave). Always on the host executor, which has no occupancy.
+    pub fn fits_one_wave(&self, kernel: &'static str, dims: Dims) -> bool {
+        match self.blocks_per_sm(kernel, dims) {
+            None => !self.is_device(),
+            Some(per_sm) => per_sm > 0 && dims.grid_x * dims.grid_y <= per_sm * self.sms,
+        }
+    }
+
+    /// The driver's resident blocks per SM for `kernel` at `dims`' block size and shared memory
+    /// (asked once per combination); `None` on the host executor or for an unknown kernel.
+    fn blocks_per_sm(&self, kernel: &'static str, dims: Dims) -> Option<u32> {
+        let Imp::Cuda(c) = &self.imp else { return None };
+        let f = c.functions.get(kernel)?;
+        let mut known = c.occupancy.lock().unwrap_or_else(|e| e.into_inner());
+        Some(
+            *known
+                .entry((kernel, dims.block, dims.shared_bytes))
+                .or_insert_with(|| {
+                    f.occupancy_max_active_blocks_per_multiprocessor(
+                        dims.block,
+                        dims.shared_bytes as usize,
+                        None,
+                    )
+                    .unwrap_or(0)
+                }),
+        )
     }
 
     /// Launch `kernel` (a `kernels_gpu::entries::names` constant) with `dims` and `args`, which

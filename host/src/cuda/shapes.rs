@@ -23,6 +23,10 @@ pub trait LaunchShapes: Send + Sync {
     /// One-row-per-warp mat-vec over matrices of `rows` each (fused projections).
     fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims;
     fn quantize_q8_1(&self, cols: u32, n: u32) -> Dims;
+    /// The gate/up + SwiGLU emitting Q8_1 (`kiln_matvec_swiglu_q8_*`) at `rows_per_warp`.
+    fn matvec_swiglu_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims;
+    /// The policy's `SWIGLU_Q8_MAX_ROWS_PER_WARP`.
+    fn swiglu_q8_max_rows(&self) -> u32;
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
@@ -114,6 +118,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn matvec_multi(&self, rows: &[u32], n: u32, sms: u32) -> Dims {
         let groups = rows.iter().map(|r| r.div_ceil(P::MATVEC_WARPS)).sum();
         launch::matvec_groups::<P>(groups, n, sms)
+    }
+    fn matvec_swiglu_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims {
+        launch::matvec_swiglu_q8(rows, n, rows_per_warp)
+    }
+    fn swiglu_q8_max_rows(&self) -> u32 {
+        P::SWIGLU_Q8_MAX_ROWS_PER_WARP
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)

@@ -73,6 +73,17 @@ pub const fn matvec_groups<P: TargetPolicy>(groups: u32, n: u32, sms: u32) -> Di
     }
 }
 
+/// `matvec_swiglu_q8`: a block per 32 output rows (one Q8_1 block) of each of `n` tokens,
+/// `32 / rows_per_warp` warps (`rows_per_warp` 1, 2, 4 or 8), 32 floats of shared memory.
+pub const fn matvec_swiglu_q8(rows: u32, n: u32, rows_per_warp: u32) -> Dims {
+    Dims {
+        grid_x: rows / 32,
+        grid_y: n,
+        block: 32 / rows_per_warp * WARP,
+        shared_bytes: 32 * 4,
+    }
+}
+
 /// Quantized GEMM (`kernels/mma.rs`) over matrices of `rows[m]` rows each: one block per
 /// `TILE_N` tokens (x) × `TILE_M` rows of one matrix (y), shared memory for `STAGES` stages of
 /// weights with `qs_words` u32 of quants and `staged` u32 of scales per block

@@ -518,6 +518,63 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     unsafe { swiglu_rows::<P, F>(gate, up, x, y.add(t * rows), 0, rows, nb) }
 }
 
+/// [`matvec_swiglu_split`] that also emits its output as the Q8_1 blocks the down projection
+/// reads (`yq`, `yds`, bit for bit as [`quantize_q8_1`] would write them for `y`), so a decode
+/// layer needs no quantize launch. A Q8_1 block is 32 consecutive outputs, so a thread block
+/// owns exactly 32 rows: its warps take rows `w, w + warps, ...`, park the products in shared
+/// memory, and after one barrier the first warp quantizes them. No counters or fences cross
+/// blocks (session 8's counter-fused form lost to its fences). `rows % 32 == 0`. Launch:
+/// [`launch::matvec_swiglu_q8`] (`rows / 32` blocks × tokens, `32 / rows_per_warp` warps).
+///
+/// [`launch::matvec_swiglu_q8`]: crate::kernels::launch::matvec_swiglu_q8
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
+    gate_qs: *const u32,
+    gate_scales: *const u8,
+    up_qs: *const u32,
+    up_scales: *const u8,
+    xq: *const u32,
+    xds: *const f32,
+    y: *mut f32,
+    yq: *mut i8,
+    yds: *mut f32,
+    rows: u32,
+    cols: u32,
+) {
+    let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { q8_row(xq, xds, t, nb) };
+    let (rows, row0) = (rows as usize, block_idx() as usize * QK);
+    prefetch_rows::<P, F>(gate_qs, gate_scales, row0, QK, rows, nb);
+    prefetch_rows::<P, F>(up_qs, up_scales, row0, QK, rows, nb);
+    pdl_wait::<P>();
+    let parked: *mut f32 = shared_mem();
+    let warps = (block_dim() / WARP) as usize;
+    // `r` is warp-uniform, so every lane reaches the warp sums inside `warp_dots`.
+    let mut r = warp_id() as usize;
+    while r < QK {
+        let w = [(gate_qs, gate_scales), (up_qs, up_scales)].map(|(qs, scales)| WeightRow {
+            qs,
+            scales,
+            row: row0 + r,
+            live: true,
+        });
+        let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+        if lane() == 0 {
+            unsafe { *parked.add(r) = silu(g) * u };
+        }
+        r += warps;
+    }
+    sync_threads();
+    if warp_id() == 0 {
+        let v = unsafe { *parked.add(lane() as usize) };
+        let at = t * rows + row0 + lane() as usize;
+        unsafe {
+            *y.add(at) = v;
+            quantize_block(v, yq.add(at), yds.add(2 * (at / QK)));
+        }
+    }
+}
+
 /// `y[r] = silu(x·G[first + r]) · (x·U[first + r])` for `r < rows`: one row per warp, blocks
 /// striding over groups of `MATVEC_WARPS` rows. `first` selects one expert's rows of stacked
 /// expert matrices (`kernels::moe`); the dense SwiGLU passes 0.
