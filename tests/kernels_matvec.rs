@@ -394,7 +394,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
 }
 
 /// A case of the gate/up + SwiGLU that emits Q8_1 (`matvec_swiglu_q8`): whole 32-row blocks,
-/// every rows-per-warp the host may pick.
+/// rows per warp 2, 4 and 8.
 #[derive(Debug, Clone)]
 struct SwigluQ8Case {
     fmt: BlockFormat,
@@ -415,7 +415,9 @@ fn swiglu_q8_case(fmt: BlockFormat) -> impl Strategy<Value = SwigluQ8Case> {
             prop::sample::select(vec![8u32, 64, 136])
         ],
         1..=2u32,
-        prop::sample::select(vec![1u32, 2, 4, 8]),
+        // Not 1: a 1024-thread block needs ≤ 64 registers, which the Q4_0/Q8_0/K entries
+        // exceed; the host takes 1 only where the driver's occupancy says it launches.
+        prop::sample::select(vec![2u32, 4, 8]),
         seed(),
     )
         .prop_map(

@@ -151,6 +151,31 @@ struct FfnCase {
     seed: u64,
 }
 
+/// Decode-like expert widths: many slots of rows wider than a warp's 32 blocks, so the down
+/// projection's lanes walk several steps of (slot, block) pairs (30B-A3B: 8 slots × 24).
+fn wide_ffn_case(fmt: BlockFormat) -> impl Strategy<Value = FfnCase> {
+    let gr = fmt.group() as u32;
+    let ff = prop::sample::select(match gr > 1 {
+        true => vec![1u32, 3],
+        false => vec![17u32, 24, 40],
+    });
+    // One block per launch row (wave 1): the host executor runs a thread per GPU thread.
+    (8..=9u32, 6..=8u32, ff, 1..=4u32, seed()).prop_map(
+        move |(n_expert, k, ff_blocks, rows, seed)| FfnCase {
+            fmt,
+            n: 1,
+            n_expert,
+            k,
+            blocks: gr,
+            ff_blocks: ff_blocks * gr,
+            rows,
+            wave: Some(1),
+            sorted: false,
+            seed,
+        },
+    )
+}
+
 fn ffn_case(fmt: BlockFormat) -> impl Strategy<Value = FfnCase> {
     // K-quant rows come in 256-column super-blocks: one each, and fewer tokens and slots,
     // keep the host executor quick (its warp shuffles are thread barriers).
@@ -326,11 +351,7 @@ fn moe_sort(dev: &mut dyn Device, c: &SortCase) -> Result<(), TestCaseError> {
 /// its kernel read.
 fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
-    let (cols, ff, rows) = (
-        c.blocks as usize * QK,
-        c.ff_blocks as usize * QK,
-        c.rows as usize,
-    );
+    let (cols, ff) = (c.blocks as usize * QK, c.ff_blocks as usize * QK);
     let mut g = Gen::new(c.seed);
     let x = g.activations(n, cols);
     let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
@@ -352,7 +373,7 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
         xds_b.arg(),
         route_b.arg(),
     ];
-    match order_b {
+    match &order_b {
         Some(order) => {
             args.extend([order.arg(), act_b.arg()]);
             args.extend([
@@ -386,13 +407,36 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
         }
     }
     check_err(dev, "moe_swiglu", err / scale, 2e-5)?;
+    moe_down_part(dev, c, &mut g, &route_b, &slots, order_b.as_ref())
+}
 
+/// The down projection alone over a random route (decode-like widths, where the swiglu half
+/// of [`moe_ffn`] would be slow on the host executor).
+fn moe_down(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
+    let mut g = Gen::new(c.seed);
+    let (route, slots) = random_route(&mut g, c.n as usize, c.n_expert as usize, c.k as usize);
+    let route_b = upload(dev, &route);
+    moe_down_part(dev, c, &mut g, &route_b, &slots, None)
+}
+
+/// `moe_down_add_split` (or, with `order_b`, `moe_down_sorted` + `moe_mix`) against its
+/// float64 definition on the exact Q8_1 activations its kernel read.
+fn moe_down_part(
+    dev: &mut dyn Device,
+    c: &FfnCase,
+    g: &mut Gen,
+    route_b: &common::Buf,
+    slots: &[(usize, f32)],
+    order_b: Option<&common::Buf>,
+) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let (ff, rows) = (c.ff_blocks as usize * QK, c.rows as usize);
     // Fresh activations of model-like size for the down projection: products of the random
     // test weights reach ~1e6, where a Q8_1 block's f16 d·Σq overflows (as it would in any
     // engine that stores it in f16).
     let a = g.activations(n * k, ff);
     let (aq_b, ads_b, aq, ads) = common::quantize_q8_1(dev, &a, ff, n * k)?;
-    let (down, dq_b, ds_b) = experts(dev, &mut g, c.fmt, ne * rows, ff);
+    let (down, dq_b, ds_b) = experts(dev, g, c.fmt, ne * rows, ff);
     let x0 = g.normals(n * rows, 1.0);
     let res_b = upload(dev, &x0);
     let (dims_u32, k_arg) = (
@@ -667,6 +711,9 @@ kernel_properties! {
     host_moe_route, gpu_moe_route: route_case() => moe_route;
     host_matvec_f32, gpu_matvec_f32: router_case() => matvec_f32;
     host_moe_ffn_q4_0, gpu_moe_ffn_q4_0: ffn_case(BlockFormat::Q4_0) => moe_ffn;
+    host_moe_down_wide_q4_0, gpu_moe_down_wide_q4_0: wide_ffn_case(BlockFormat::Q4_0) => moe_down;
+    host_moe_down_wide_q8_0, gpu_moe_down_wide_q8_0: wide_ffn_case(BlockFormat::Q8_0) => moe_down;
+    host_moe_down_wide_q4k, gpu_moe_down_wide_q4k: wide_ffn_case(BlockFormat::Q4K) => moe_down;
     host_moe_ffn_q4_1, gpu_moe_ffn_q4_1: ffn_case(BlockFormat::Q4_1) => moe_ffn;
     host_moe_ffn_q8_0, gpu_moe_ffn_q8_0: ffn_case(BlockFormat::Q8_0) => moe_ffn;
     host_moe_ffn_q6k, gpu_moe_ffn_q6k: ffn_case(BlockFormat::Q6K) => moe_ffn;

@@ -29,11 +29,11 @@ impl TargetPolicy for Hopper {
     // (Q8_0). Gate/up + SwiGLU two rows each: ±1 %, not kept (127–161 registers).
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = 2;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = 2;
-    // The 8B's 12288 gate/up rows fit one wave at 4 rows per warp: 384 blocks of 8 warps, 3
-    // per SM at 66 registers (Q4_0) — the 24 warps per SM the separate SwiGLU runs at 76. A
-    // 0.6B (3072 rows) takes 2 (96 blocks of 16 warps; 32 warps need ≤ 64 registers). Chosen
-    // before measuring; the A/B is KILN_SWIGLU_Q8_ROWS=0/2/4 (docs/benchmarks.md, session 18).
-    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 4;
+    // Off: measured on an H100 (session 18), the SwiGLU that emits Q8_1 itself lost 7 % on 8B
+    // decode (4 rows per warp, Q4_0 and Q8_0) and 1 % on 0.6B (2 rows) against the separate
+    // quantize launch, whose short grid lets the down projection's blocks start their weight
+    // prefetch early under PDL. KILN_SWIGLU_Q8_ROWS=2/4 turns it back on for an A/B.
+    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 0;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

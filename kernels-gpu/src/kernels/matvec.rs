@@ -62,7 +62,7 @@ pub fn q8_1_stored(d: f32, sum: f32) -> (f32, f32) {
 
 /// One block's quants with one or two 16-byte loads (the branch folds away per format).
 #[inline(always)]
-unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8] {
+pub(crate) unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8] {
     let a = unsafe { ld_nc_v4(p) };
     if F::QS_WORDS == 4 {
         [a[0], a[1], a[2], a[3], 0, 0, 0, 0]
@@ -303,10 +303,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
-                let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
-                let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
-                xw[u] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                xd[u] = unsafe { (*xds_row.add(2 * b), *xds_row.add(2 * b + 1)) };
+                (xw[u], xd[u]) = unsafe { load_q8_block((xq_row, xds_row), b) };
                 unroll::<R>(|r| {
                     if w[r].live {
                         let blk = w[r].row * nb + b;
@@ -332,6 +329,22 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
     }
     unroll::<R>(|r| acc[r] = warp_sum(acc[r]));
     acc
+}
+
+/// Block `b` of a Q8_1 activation row ([`q8_row`]): its 32 codes (two 16-byte loads) and its
+/// (d, d·Σq) pair.
+#[inline(always)]
+pub(crate) unsafe fn load_q8_block(
+    x: (*const u32, *const f32),
+    b: usize,
+) -> ([u32; 8], (f32, f32)) {
+    let (xq_row, xds_row) = x;
+    let lo = unsafe { ld_nc_v4(xq_row.add(b * 8)) };
+    let hi = unsafe { ld_nc_v4(xq_row.add(b * 8 + 4)) };
+    let codes = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+    (codes, unsafe {
+        (*xds_row.add(2 * b), *xds_row.add(2 * b + 1))
+    })
 }
 
 /// [`warp_dots`] with the policy's blocks in flight (a const generic, hence the match).

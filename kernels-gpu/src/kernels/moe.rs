@@ -6,9 +6,10 @@
 //! expert `e` of a stacked `[n_expert·rows, cols]` matrix is rows `e·rows ..`: the mat-vecs
 //! only offset the row they read, the split layout is the dense one.
 use crate::device::*;
-use crate::kernels::formats::{QK, SplitFormat};
+use crate::kernels::formats::{QK, SplitFormat, load_side};
 use crate::kernels::matvec::{
-    WeightRow, lane_dot_f32x, q8_row, swiglu_rows, warp_dots_in_flight, warp_row_sums,
+    WeightRow, lane_dot_f32x, load_block_quants, load_q8_block, q8_row, swiglu_rows,
+    warp_dots_in_flight, warp_row_sums,
 };
 use crate::kernels::mma::MOE_TILE_WORDS;
 use policies::TargetPolicy;
@@ -166,9 +167,11 @@ pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
 }
 
 /// The experts' down projections, mixed into the residual stream: for token `t` (block row)
-/// `x[t] += Σ_j w_j · (act[t·k + j] · D_{e_j}ᵀ)`, slots summed in route order, then added
-/// (the bits the CPU backend's order gives). `act` is Q8_1 (`n·k × cols`), `D` stacked
-/// `[n_expert·rows, cols]`. One row per warp for all `k` slots. Launch:
+/// `x[t] += Σ_j w_j · (act[t·k + j] · D_{e_j}ᵀ)`. `act` is Q8_1 (`n·k × cols`), `D` stacked
+/// `[n_expert·rows, cols]`. One row per warp for all `k` slots: the lanes walk the row's
+/// (slot, block) pairs as one flat list, so every slot's loads are in flight together (a
+/// slot-by-slot walk waited out `k` memory round trips one after another, and an expert row
+/// narrower than 32 blocks left lanes idle). Launch:
 /// [`launch::matvec_groups`](crate::kernels::launch::matvec_groups) over ⌈rows /
 /// MATVEC_WARPS⌉ and `n` rows.
 #[allow(clippy::too_many_arguments)]
@@ -192,26 +195,69 @@ pub unsafe fn moe_down_add_split<P: TargetPolicy, F: SplitFormat>(
     let mut group = block_idx() as usize;
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
-        let live = row < rows;
-        let mut sum = 0f32;
-        for j in 0..k {
-            let (e, weight) =
-                unsafe { (routed_expert(route, k, t, j), routed_weight(route, k, t, j)) };
-            let w = [WeightRow {
-                qs,
-                scales,
-                row: e * rows + row,
-                live,
-            }];
-            let a_row = unsafe { q8_row(aq, ads, t * k + j, nb) };
-            let [d] = unsafe { warp_dots_in_flight::<P, F, 1>(&w, a_row, nb) };
-            sum += weight * d;
-        }
+        let live = row < rows; // warp-uniform: every lane still reaches the warp_sum
+        let part = match live {
+            true => unsafe { slot_pairs_dot::<F>(qs, scales, aq, ads, route, row, rows, nb, t, k) },
+            false => 0.0,
+        };
+        let sum = warp_sum(part);
         if lane() == 0 && live {
             unsafe { *x.add(t * rows + row) += sum };
         }
         group += grid_dim() as usize;
     }
+}
+
+/// (slot, block) pairs a lane of [`moe_down_add_split`] loads before it computes: a
+/// 30B-A3B row (8 slots × 24 blocks) is then two steps.
+const PAIRS_IN_FLIGHT: usize = 4;
+
+/// This lane's share of `Σ_j w_j · (act[t·k + j] · D_{e_j}[row])`: pairs `p = lane, lane + 32,
+/// ...` of the `k·nb` (slot `p / nb`, block `p % nb`) pairs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn slot_pairs_dot<F: SplitFormat>(
+    qs: *const u32,
+    scales: *const u8,
+    aq: *const u32,
+    ads: *const f32,
+    route: *const f32,
+    row: usize,
+    rows: usize,
+    nb: usize,
+    t: usize,
+    k: usize,
+) -> f32 {
+    const U: usize = PAIRS_IN_FLIGHT;
+    let pairs = k * nb;
+    let mut acc = 0f32;
+    let mut p0 = lane() as usize;
+    while p0 < pairs {
+        let mut wq = [[0u32; 8]; U];
+        let mut ws = [F::Side::default(); U];
+        let mut xw = [[0u32; 8]; U];
+        let mut xd = [(0f32, 0f32); U];
+        let mut weight = [0f32; U];
+        unroll::<U>(|u| {
+            let p = p0 + u * WARP as usize;
+            if p < pairs {
+                let (j, b) = (p / nb, p % nb);
+                let blk = unsafe { (routed_expert(route, k, t, j) * rows + row) * nb + b };
+                wq[u] = unsafe { load_block_quants::<F>(qs.add(blk * F::QS_WORDS)) };
+                ws[u] = load_side::<F>(scales, blk);
+                (xw[u], xd[u]) = unsafe { load_q8_block(q8_row(aq, ads, t * k + j, nb), b) };
+                weight[u] = unsafe { routed_weight(route, k, t, j) };
+            }
+        });
+        unroll::<U>(|u| {
+            if p0 + u * (WARP as usize) < pairs {
+                let d = F::block_dot(0.0, &wq[u], ws[u], &xw[u], xd[u].0, xd[u].1);
+                acc += weight[u] * d;
+            }
+        });
+        p0 += U * WARP as usize;
+    }
+    acc
 }
 
 // --- f32 activations (`--f32-activations`) -------------------------------------------------
