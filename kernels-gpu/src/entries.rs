@@ -210,7 +210,7 @@ kernel_table! {
     kiln_moe_down_add_q6k = moe::moe_down_add_split [formats::Q6K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_add_q5k = moe::moe_down_add_split [formats::Q5K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_add_q4k = moe::moe_down_add_split [formats::Q4K] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
-    kiln_matvec_f32 = moe::matvec_f32 [] (w: *const f32, x: *const f32, y: *mut f32, rows: u32, cols: u32);
+    kiln_matvec_f32 = moe::matvec_f32 [] (w: *const f32, x: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_moe_route = moe::moe_route [] (logits: *const f32, route: *mut f32, n_expert: u32, k: u32, norm: u32, n: u32);
     kiln_moe_swiglu_sorted_q4_0 = moe::moe_swiglu_sorted [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_swiglu_sorted_q4_1 = moe::moe_swiglu_sorted [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, order: *const u32, act: *mut f32, rows: u32, cols: u32, k: u32);

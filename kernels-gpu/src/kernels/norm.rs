@@ -423,24 +423,3 @@ unsafe fn block_argmax(best: (f32, u32)) -> (f32, u32) {
     }
     best
 }
-
-/// The larger of two (value, index) candidates; the lower index on equal values.
-#[inline(always)]
-fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
-    if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) {
-        b
-    } else {
-        a
-    }
-}
-
-#[inline(always)]
-fn warp_argmax(mut best: (f32, u32)) -> (f32, u32) {
-    let mut m = WARP / 2;
-    while m > 0 {
-        let other = (shfl_xor(best.0, m), shfl_xor_u32(best.1, m));
-        best = better(best, other);
-        m /= 2;
-    }
-    best
-}
