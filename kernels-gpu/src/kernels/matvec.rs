@@ -565,15 +565,10 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
     // `r` is warp-uniform, so every lane reaches the warp sums inside `warp_dots`.
     let mut r = warp_id() as usize;
     while r < QK {
-        let w = [(gate_qs, gate_scales), (up_qs, up_scales)].map(|(qs, scales)| WeightRow {
-            qs,
-            scales,
-            row: row0 + r,
-            live: true,
-        });
-        let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+        let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
+        let v = unsafe { swiglu_dot::<P, F>(gate_up, x, row0 + r, true, nb) };
         if lane() == 0 {
-            unsafe { *parked.add(r) = silu(g) * u };
+            unsafe { *parked.add(r) = v };
         }
         r += warps;
     }
@@ -607,18 +602,33 @@ pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
-        let w = [gate, up].map(|(qs, scales)| WeightRow {
-            qs,
-            scales,
-            row: first + row,
-            live,
-        });
-        let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+        let v = unsafe { swiglu_dot::<P, F>((gate, up), x, first + row, live, nb) };
         if lane() == 0 && live {
-            unsafe { *y.add(row) = silu(g) * u };
+            unsafe { *y.add(row) = v };
         }
         group += grid_dim() as usize;
     }
+}
+
+/// `silu(x·G[row]) · (x·U[row])` (every lane gets it) for the split-layout gate and up
+/// matrices `(qs, scales)`: one warp reduces both rows together, so the two products never
+/// leave registers. `live == false` skips the loads (a padding row). All lanes must call.
+#[inline(always)]
+unsafe fn swiglu_dot<P: TargetPolicy, F: SplitFormat>(
+    (gate, up): ((*const u32, *const u8), (*const u32, *const u8)),
+    x: (*const u32, *const f32),
+    row: usize,
+    live: bool,
+    nb: usize,
+) -> f32 {
+    let w = [gate, up].map(|(qs, scales)| WeightRow {
+        qs,
+        scales,
+        row,
+        live,
+    });
+    let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
+    silu(g) * u
 }
 
 /// `y` (`n × rows`) = `x` · Wᵀ with W in split layout `F` and `x` f32, not quantized: each
