@@ -13,7 +13,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use GgmlType::*;
-const WEIGHT_TYPES: [GgmlType; 9] = [F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K];
+const WEIGHT_TYPES: [GgmlType; 11] = [
+    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+];
 
 /// A finite f16 scale of either sign, over several binades, sometimes zero.
 fn scale(rng: &mut StdRng, base: f32) -> [u8; 2] {
@@ -52,8 +54,8 @@ fn random_weights(rng: &mut StdRng, ty: GgmlType, n_elems: usize) -> Vec<u8> {
         _ => {
             for b in w.chunks_mut(bs) {
                 match ty {
-                    Q4_0 | Q8_0 => b[0..2].copy_from_slice(&scale(rng, 0.1)),
-                    Q4_1 => {
+                    Q4_0 | Q5_0 | Q8_0 => b[0..2].copy_from_slice(&scale(rng, 0.1)),
+                    Q4_1 | Q5_1 => {
                         b[0..2].copy_from_slice(&scale(rng, 0.1));
                         b[2..4].copy_from_slice(&scale(rng, 1.0));
                     }
@@ -90,9 +92,9 @@ fn reference(ty: GgmlType, w: &[u8], act: &[u8], cols: usize) -> (f64, f64) {
     dequantize_row(activation_type(ty).unwrap(), act, &mut ad).unwrap();
     let (mut dot, mut mag) = (0f64, 0f64);
     match ty {
-        Q4_1 => {
+        Q4_1 | Q5_1 => {
             // Q8_1 folds the offset through its stored (f16-rounded) s = d * sum(q).
-            for (i, (wb, ab)) in w.chunks(20).zip(act.chunks(36)).enumerate() {
+            for (i, (wb, ab)) in w.chunks(ty.block().1).zip(act.chunks(36)).enumerate() {
                 let (m, s) = (h(wb, 2), h(ab, 2));
                 for l in 0..32 {
                     let t = (wd[32 * i + l] as f64 - m) * ad[32 * i + l] as f64;
@@ -198,6 +200,8 @@ fn matmul_parallel_odd_shapes() {
     for (ty, rows, cols) in [
         (Q4_1, 1003, 576),
         (Q8_0, 517, 576),
+        (Q5_0, 301, 576),
+        (Q5_1, 257, 544),
         (Q4_K, 301, 512),
         (Q6_K, 257, 768),
         (F16, 301, 96),
@@ -287,7 +291,7 @@ proptest! {
     #[test]
     fn fused_matmuls_match_separate(seed in any::<u64>(), r1 in 1usize..40, r2 in 1usize..40, nblocks in 1usize..3, n in 1usize..5) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let shapes = [(Q4_1, r1), (Q8_0, r2), (Q4_K, r1), (F16, r2), (Q4_1, r2)];
+        let shapes = [(Q4_1, r1), (Q8_0, r2), (Q4_K, r1), (F16, r2), (Q4_1, r2), (Q5_1, r1), (Q5_0, r2)];
         check_fused(&mut rng, &shapes, 256 * nblocks, n);
     }
 }
@@ -318,13 +322,13 @@ fn extreme_codes_agree() {
         .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
         .collect();
     for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
-        for ty in [Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K] {
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
             let (qk, bs) = ty.block();
             let mut w = vec![fill; cols / qk * bs];
             for b in w.chunks_mut(bs) {
                 let at = if ty == Q6_K { 208 } else { 0 };
                 b[at..at + 2].copy_from_slice(&f32_to_f16(-0.5).to_le_bytes());
-                if matches!(ty, Q4_1 | Q4_K | Q5_K) {
+                if matches!(ty, Q4_1 | Q5_1 | Q4_K | Q5_K) {
                     b[2..4].copy_from_slice(&f32_to_f16(0.25).to_le_bytes());
                 }
             }

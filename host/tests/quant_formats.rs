@@ -139,15 +139,17 @@ proptest! {
     }
 
     #[test]
-    fn q4_1_roundtrip_within_half_step(x in blocks_strategy(6, 32)) {
-        let y = roundtrip(GgmlType::Q4_1, &x);
-        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
-            let max = xb.iter().copied().fold(f32::MIN, f32::max);
-            let min = xb.iter().copied().fold(f32::MAX, f32::min);
-            let d = (max - min) / 15.0;
-            let tol = 0.5 * d + 16.0 * f16_err(d) + f16_err(min) + 1e-30;
-            for (a, b) in xb.iter().zip(yb) {
-                prop_assert!((a - b).abs() <= tol, "{a} -> {b}, d={d} min={min}");
+    fn q4_1_q5_1_roundtrip_within_half_step(x in blocks_strategy(6, 32)) {
+        for (ty, levels) in [(GgmlType::Q4_1, 15.0), (GgmlType::Q5_1, 31.0)] {
+            let y = roundtrip(ty, &x);
+            for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+                let max = xb.iter().copied().fold(f32::MIN, f32::max);
+                let min = xb.iter().copied().fold(f32::MAX, f32::min);
+                let d = (max - min) / levels;
+                let tol = 0.5 * d * 1.0001 + (levels + 1.0) * f16_err(d) + f16_err(min) + 1e-30;
+                for (a, b) in xb.iter().zip(yb) {
+                    prop_assert!((a - b).abs() <= tol, "{ty:?}: {a} -> {b}, d={d} min={min}");
+                }
             }
         }
     }
@@ -229,4 +231,198 @@ fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
     assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82); // tie -> even
     assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
     assert_eq!(bf16_to_f32(f32_to_bf16(f32::INFINITY)), f32::INFINITY);
+}
+
+/// The two 5-bit formats: (type, bytes before `qh`, code offset, has a minimum).
+const Q5_FORMATS: [(GgmlType, usize, i32, bool); 2] =
+    [(GgmlType::Q5_0, 2, 16, false), (GgmlType::Q5_1, 4, 0, true)];
+
+fn half(b: &[u8], at: usize) -> f64 {
+    kiln_host::quant::blocks::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]])) as f64
+}
+
+/// Element `i` of a Q5_0/Q5_1 block from the layout as llama.cpp documents it, in f64.
+fn q5_reference(ty: GgmlType, b: &[u8], i: usize) -> f64 {
+    let (_, at, offset, has_min) = Q5_FORMATS.into_iter().find(|f| f.0 == ty).unwrap();
+    let qh = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let byte = b[at + 4 + i % 16];
+    let low = if i < 16 { byte & 0xF } else { byte >> 4 };
+    let q = low as i32 + (((qh >> i) & 1) as i32) * 16 - offset;
+    let m = if has_min { half(b, 2) } else { 0.0 };
+    half(b, 0) * q as f64 + m
+}
+
+/// Random blocks of `ty` (all code bits random) with finite scales of both signs.
+fn random_q5_blocks(ty: GgmlType, bytes: &[u8], scales: &[f32]) -> Vec<u8> {
+    use kiln_host::quant::blocks::f32_to_f16;
+    let bs = ty.block().1;
+    let mut out = Vec::new();
+    for (blk, s) in bytes.chunks_exact(bs).zip(scales.chunks_exact(2)) {
+        let mut b = blk.to_vec();
+        b[0..2].copy_from_slice(&f32_to_f16(s[0]).to_le_bytes());
+        if ty == GgmlType::Q5_1 {
+            b[2..4].copy_from_slice(&f32_to_f16(s[1]).to_le_bytes());
+        }
+        out.extend(b);
+    }
+    out
+}
+
+/// llama.cpp's reference quantizers for Q5_0/Q5_1, transcribed loop by loop (the library's
+/// version shares its search with Q4_0/Q4_1), for a bit-for-bit comparison.
+fn q5_quantize_reference(ty: GgmlType, x: &[f32; 32]) -> Vec<u8> {
+    use kiln_host::quant::blocks::f32_to_f16;
+    let mut out = vec![0u8; ty.block().1];
+    let mut codes = [0u8; 32];
+    let at = if ty == GgmlType::Q5_0 {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -16.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (c, &v) in codes.iter_mut().zip(x) {
+            *c = ((v * id + 16.5) as i8).min(31) as u8;
+        }
+        out[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        2
+    } else {
+        let (mut min, mut max) = (f32::MAX, -f32::MAX);
+        for &v in x {
+            if v < min {
+                min = v;
+            }
+            if v > max {
+                max = v;
+            }
+        }
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (c, &v) in codes.iter_mut().zip(x) {
+            *c = ((v - min) * id + 0.5) as u8;
+        }
+        out[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        out[2..4].copy_from_slice(&f32_to_f16(min).to_le_bytes());
+        4
+    };
+    let mut qh = 0u32;
+    for j in 0..16 {
+        let (c0, c1) = (codes[j], codes[j + 16]);
+        out[at + 4 + j] = (c0 & 0xF) | ((c1 & 0xF) << 4);
+        qh |= (((c0 & 0x10) >> 4) as u32) << j;
+        qh |= (((c1 & 0x10) >> 4) as u32) << (j + 16);
+    }
+    out[at..at + 4].copy_from_slice(&qh.to_le_bytes());
+    out
+}
+
+/// One hand-made block per format: fifth bits at elements 0, 17 (byte 2 of `qh`) and 31, low
+/// nibbles of elements 0/16, 1/17 and 15/31 in bytes 0, 1 and 15 of `qs`.
+#[test]
+fn q5_hand_computed_blocks() {
+    let qh = [0x01, 0x00, 0x02, 0x80];
+    let mut qs = [0u8; 16];
+    (qs[0], qs[1], qs[15]) = (0x21, 0x50, 0xF3);
+    let expect = |pairs: &[(usize, f32)], rest: f32| {
+        let mut v = [rest; 32];
+        for &(i, x) in pairs {
+            v[i] = x;
+        }
+        v
+    };
+    // Q5_0, d = 0.5: codes 17, 2, 3, 31, 21 at elements 0, 16, 15, 31, 17; the rest 0 (-8).
+    let mut q5_0 = vec![0x00, 0x38];
+    q5_0.extend(qh);
+    q5_0.extend(qs);
+    let want_0 = expect(
+        &[(0, 0.5), (16, -7.0), (15, -6.5), (31, 7.5), (17, 2.5)],
+        -8.0,
+    );
+    // Q5_1, d = 0.25, m = -1: the same codes as 0.25·q − 1.
+    let mut q5_1 = vec![0x00, 0x34, 0x00, 0xBC];
+    q5_1.extend(qh);
+    q5_1.extend(qs);
+    let want_1 = expect(
+        &[(0, 3.25), (16, -0.5), (15, -0.25), (31, 6.75), (17, 4.25)],
+        -1.0,
+    );
+    for (ty, block, want) in [
+        (GgmlType::Q5_0, q5_0, want_0),
+        (GgmlType::Q5_1, q5_1, want_1),
+    ] {
+        let mut got = [0f32; 32];
+        dequantize_row(ty, &block, &mut got).unwrap();
+        assert_eq!(got, want, "{ty:?} dequantized");
+        // The values are on the grid with their extremes at codes 0 and 31: the quantizer
+        // finds the same scale and gives the block back byte for byte.
+        let mut q = vec![0u8; block.len()];
+        quantize_row(ty, &want, &mut q).unwrap();
+        assert_eq!(q, block, "{ty:?} quantized");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn q5_dequant_and_get_match_f64_reference(
+        nb in 1usize..6,
+        bytes in proptest::collection::vec(any::<u8>(), 6 * 24),
+        scales in proptest::collection::vec(-4f32..4.0, 12),
+    ) {
+        use kiln_host::quant::blocks::*;
+        for (ty, ..) in Q5_FORMATS {
+            let bs = ty.block().1;
+            let w = random_q5_blocks(ty, &bytes[..nb * bs], &scales);
+            let mut got = vec![0f32; nb * 32];
+            dequantize_row(ty, &w, &mut got).unwrap();
+            for (i, g) in got.iter().enumerate() {
+                let b = &w[i / 32 * bs..][..bs];
+                let want = q5_reference(ty, b, i % 32);
+                // Q5_0's d·(q − 16) is exact in f32; Q5_1 rounds d·q + m once.
+                let tol = if ty == GgmlType::Q5_0 { 0.0 } else { want.abs() * 2f64.powi(-24) };
+                prop_assert!((*g as f64 - want).abs() <= tol, "{ty:?} element {i}: {g} vs {want}");
+                let get = if ty == GgmlType::Q5_0 {
+                    BlockQ5_0::read(b).unwrap().get(i % 32)
+                } else {
+                    BlockQ5_1::read(b).unwrap().get(i % 32)
+                };
+                prop_assert_eq!(get.to_bits(), g.to_bits(), "{:?} get({})", ty, i);
+            }
+        }
+    }
+
+    #[test]
+    fn q5_quantize_matches_reference_transcription(x in blocks_strategy(6, 32), dup in 0usize..32) {
+        // Ties between the extremes (a repeated max of opposite sign) pick the first.
+        let mut x = x;
+        x[dup] = -x[0];
+        for (ty, ..) in Q5_FORMATS {
+            let bs = ty.block().1;
+            let mut got = vec![0u8; x.len() / 32 * bs];
+            quantize_row(ty, &x, &mut got).unwrap();
+            for (i, (g, xb)) in got.chunks(bs).zip(x.chunks(32)).enumerate() {
+                let want = q5_quantize_reference(ty, xb.try_into().unwrap());
+                prop_assert_eq!(g, &want[..], "{:?} block {}", ty, i);
+            }
+        }
+    }
+
+    #[test]
+    fn q5_0_roundtrip_within_half_step(x in blocks_strategy(6, 32)) {
+        let y = roundtrip(GgmlType::Q5_0, &x);
+        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+            let max = xb.iter().copied().fold(0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+            let d = max.abs() / 16.0;
+            for (a, b) in xb.iter().zip(yb) {
+                // As Q4_0: only code 31 clips, one step short of the extreme's mirror image.
+                let step = if (a / d).abs() > 15.5 && a.signum() != max.signum() { 1.0 } else { 0.5 };
+                let tol = step * d * 1.0001 + 32.0 * f16_err(d) + 1e-30;
+                prop_assert!((a - b).abs() <= tol, "{a} -> {b}, d={d}");
+            }
+        }
+    }
 }

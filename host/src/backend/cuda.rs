@@ -231,6 +231,12 @@ impl Cuda {
             GgmlType::BF16 => {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
+            // Exact re-blocking into Q5K is impossible: its eight blocks of 256 share one f16
+            // `d` and `dmin`, while every 32-element block here has its own f16 scale.
+            GgmlType::Q5_0 | GgmlType::Q5_1 => bail!(
+                "tensor {name}: {} weights are not supported by the CUDA backend (each 32-weight block has its own f16 scale, which the GPU's 5-bit format, shared scales per 256 weights, cannot hold); use --device cpu",
+                info.ggml_type.name()
+            ),
             other => bail!(
                 "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, F32 natively; BF16 widened to f16); use --device cpu",
                 other.name()

@@ -3,8 +3,9 @@
 //! CPU backend runs on memory-mapped weights.
 //!
 //! Dot products follow each format's fast path: activations are quantized once per call into
-//! the weight format's partner ([`activation_type`]): Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K
-//! for the K-quants, plain f32 for F32/F16/BF16; the inner loops then run on integers.
+//! the weight format's partner ([`activation_type`]): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+//! Q4_1/Q5_1, Q8_K for the K-quants, plain f32 for F32/F16/BF16; the inner loops then run on
+//! integers.
 //! Block layouts live in [`kernels_gpu::quant`], shared with the GPU kernels.
 //!
 //! Every kernel has a portable scalar version and, on x86-64, an AVX2+FMA(+F16C) one (with an
@@ -99,7 +100,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     use GgmlType::*;
     match ty {
         F32 | F16 | BF16 => float::dequantize(ty, src, dst),
-        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::dequantize(ty, src, dst),
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => legacy::dequantize(ty, src, dst),
         Q4_K | Q5_K | Q6_K | Q8_K => kquants::dequantize(ty, src, dst),
         _ => bail!("dequantize: type {} is not supported", ty.name()),
     }
@@ -107,8 +108,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 }
 
 /// Quantizes one row into `ty` with llama.cpp's reference (round-to-nearest) quantizers:
-/// F32, F16, BF16, Q4_0, Q4_1, Q8_0 (bit-identical to the reference), and the activation
-/// formats Q8_1 and Q8_K.
+/// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (bit-identical to the reference), and the
+/// activation formats Q8_1 and Q8_K.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     quantize_row_in(Numerics::Kiln, ty, src, dst)
 }
@@ -118,7 +119,7 @@ fn quantize_row_in(numerics: Numerics, ty: GgmlType, src: &[f32], dst: &mut [u8]
     use GgmlType::*;
     match ty {
         F32 | F16 | BF16 => float::quantize(ty, src, dst),
-        Q4_0 | Q4_1 | Q8_0 | Q8_1 => legacy::quantize(ty, src, dst, numerics),
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => legacy::quantize(ty, src, dst, numerics),
         Q8_K => kquants::quantize_q8_k(src, dst),
         _ => bail!("quantize: type {} is not supported", ty.name()),
     }
@@ -130,8 +131,8 @@ pub fn activation_type(weight: GgmlType) -> Result<GgmlType> {
     use GgmlType::*;
     Ok(match weight {
         F32 | F16 | BF16 => F32,
-        Q4_0 | Q8_0 => Q8_0,
-        Q4_1 => Q8_1,
+        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
         Q4_K | Q5_K | Q6_K => Q8_K,
         _ => bail!("no CPU dot product for weight type {}", weight.name()),
     })
@@ -226,6 +227,9 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType, stream: bool) -> Result<(DotFn, Opt
             Q4_0 => legacy(legacy_avx2::Q4_0),
             Q4_1 => legacy(legacy_avx2::Q4_1),
             Q8_0 => legacy(legacy_avx2::Q8_0),
+            // No vector kernels for these rarer formats: the portable ones.
+            Q5_0 => (legacy::dot_q5_0_q8_0 as DotFn, None),
+            Q5_1 => (legacy::dot_q5_1_q8_1, None),
             Q4_K => (kquants_avx2::dot_q4_k_q8_k, None),
             Q5_K => (kquants_avx2::dot_q5_k_q8_k, None),
             Q6_K => (kquants_avx2::dot_q6_k_q8_k, None),
@@ -240,6 +244,8 @@ pub(crate) fn kernel(isa: Isa, ty: GgmlType, stream: bool) -> Result<(DotFn, Opt
             BF16 => float::dot_bf16,
             Q4_0 => legacy::dot_q4_0_q8_0,
             Q4_1 => legacy::dot_q4_1_q8_1,
+            Q5_0 => legacy::dot_q5_0_q8_0,
+            Q5_1 => legacy::dot_q5_1_q8_1,
             Q8_0 => legacy::dot_q8_0_q8_0,
             Q4_K => kquants::dot_q4_k_q8_k,
             Q5_K => kquants::dot_q5_k_q8_k,

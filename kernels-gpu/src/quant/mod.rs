@@ -15,7 +15,10 @@ mod legacy;
 pub mod reblock;
 
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K, get_scale_min_k4};
-pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK4_0, QK4_1, QK8_0, QK8_1};
+pub use legacy::{
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK4_0, QK4_1, QK5_0, QK5_1,
+    QK8_0, QK8_1, code5,
+};
 
 /// One block of a block-quantized format.
 pub trait QuantBlock: Copy {
