@@ -26,6 +26,10 @@ pub enum Quant {
     Q4_0,
     #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
     /// llama.cpp's Q4_K_M mixture: Q6_K for `output.weight` and for `attn_v`/`ffn_down` in the
     /// layers its `use_more_bits` picks, Q4_K for the other matrices (Q8_0 for rows that are
     /// not whole 256-element super-blocks).
@@ -41,6 +45,8 @@ impl Quant {
         match self {
             Quant::Q4_0 => GgmlType::Q4_0,
             Quant::Q8_0 => GgmlType::Q8_0,
+            Quant::Q5_0 => GgmlType::Q5_0,
+            Quant::Q5_1 => GgmlType::Q5_1,
             Quant::Q4KM => GgmlType::Q4_K,
             Quant::Q5KM => GgmlType::Q5_K,
         }
@@ -77,6 +83,8 @@ impl Quant {
         match self {
             Quant::Q4_0 => 2,
             Quant::Q8_0 => 7,
+            Quant::Q5_0 => 8,
+            Quant::Q5_1 => 9,
             Quant::Q4KM => 15,
             Quant::Q5KM => 17,
         }
@@ -382,6 +390,15 @@ fn fill_chunk(t: &TensorSpec, mut rng: Rng, out: &mut [u8]) {
                         *q = 0x81; // keep the distribution symmetric
                     }
                 }
+            }
+        }
+        (Init::Weight { sigma }, ty @ (GgmlType::Q5_0 | GgmlType::Q5_1)) => {
+            // Uniform values of standard deviation sigma through the reference quantizer:
+            // slower than random codes, but these formats are only generated to test them.
+            for b in out.chunks_exact_mut(ty.block().1) {
+                let x: [f32; 32] =
+                    std::array::from_fn(|_| (rng.unit() * 2.0 - 1.0) * sigma * 3f32.sqrt());
+                kiln_host::quant::quantize_row(ty, &x, b).expect("one whole block");
             }
         }
         (Init::Weight { sigma }, ty @ (GgmlType::Q4_K | GgmlType::Q5_K)) => {

@@ -271,13 +271,38 @@ fn tiny_qwen3_q5_k_m_runs() {
     let ty = |n: &str| f.tensor(n).unwrap().ggml_type;
     assert_eq!(ty("blk.0.attn_q.weight"), GgmlType::Q5_K);
     assert_eq!(ty("blk.1.ffn_down.weight"), GgmlType::Q6_K);
+    assert_sigma_and_run(f, &path.0, p.n_vocab as usize);
+}
+
+/// `blk.0.attn_q.weight` of `f` (the file at `path`) is zero-mean with the presets' standard
+/// deviation 0.02, and the model runs on the CPU.
+fn assert_sigma_and_run(f: GgufFile, path: &Path, n_vocab: usize) {
     let (mean, std) = weight_stats(&f, "blk.0.attn_q.weight");
     assert!(
         mean.abs() < 1e-3 && (0.016..0.024).contains(&std),
         "mean {mean} std {std}"
     );
     drop(f);
-    run_on_cpu(&path.0, p.n_vocab as usize);
+    run_on_cpu(path, n_vocab);
+}
+
+/// Q5_0 / Q5_1: every matrix in the format, llama.cpp's file type, weights of the intended
+/// magnitude, runs on the CPU.
+#[test]
+fn tiny_qwen3_q5_0_and_q5_1_run() {
+    let tok = Qwen3Tokenizer::load().unwrap();
+    let p = presets::find("tiny-qwen3").unwrap();
+    for (q, ty, file_type) in [
+        (Quant::Q5_0, GgmlType::Q5_0, 8),
+        (Quant::Q5_1, GgmlType::Q5_1, 9),
+    ] {
+        let path = TempPath::new(&format!("tiny-qwen3-{file_type}.gguf"));
+        generate(p, q, 3, &path.0, &tok, false).unwrap();
+        let f = GgufFile::open(&path.0).unwrap();
+        assert_eq!(f.get_u32("general.file_type").unwrap(), file_type);
+        assert_eq!(f.tensor("blk.0.attn_q.weight").unwrap().ggml_type, ty);
+        assert_sigma_and_run(f, &path.0, p.n_vocab as usize);
+    }
 }
 
 #[test]
