@@ -106,23 +106,9 @@ fn min_value(d: u16, m: u16, q: u8) -> f32 {
     f16_to_f32(d) * q as f32 + f16_to_f32(m)
 }
 
-/// A 32-element block's values into `out` (fewer if it is shorter), `value(i)` giving element
-/// `i`'s: `dequant` goes through `get`, so the two cannot disagree.
-#[inline(always)]
-fn fill(out: &mut [f32], value: impl Fn(usize) -> f32) {
-    for (i, o) in out.iter_mut().take(32).enumerate() {
-        *o = value(i);
-    }
-}
-
 impl QuantBlock for BlockQ4_0 {
     const QK: usize = QK4_0;
     const BYTES: usize = 18;
-
-    #[inline]
-    fn dequant(&self, out: &mut [f32]) {
-        fill(out, |i| self.get(i));
-    }
 
     #[inline]
     fn get(&self, i: usize) -> f32 {
@@ -133,11 +119,6 @@ impl QuantBlock for BlockQ4_0 {
 impl QuantBlock for BlockQ4_1 {
     const QK: usize = QK4_1;
     const BYTES: usize = 20;
-
-    #[inline]
-    fn dequant(&self, out: &mut [f32]) {
-        fill(out, |i| self.get(i));
-    }
 
     #[inline]
     fn get(&self, i: usize) -> f32 {
@@ -156,11 +137,6 @@ impl QuantBlock for BlockQ5_0 {
     const BYTES: usize = 22;
 
     #[inline]
-    fn dequant(&self, out: &mut [f32]) {
-        fill(out, |i| self.get(i));
-    }
-
-    #[inline]
     fn get(&self, i: usize) -> f32 {
         offset_value(self.d, 16, code5(&self.qh, &self.qs, i & 31))
     }
@@ -169,11 +145,6 @@ impl QuantBlock for BlockQ5_0 {
 impl QuantBlock for BlockQ5_1 {
     const QK: usize = QK5_1;
     const BYTES: usize = 24;
-
-    #[inline]
-    fn dequant(&self, out: &mut [f32]) {
-        fill(out, |i| self.get(i));
-    }
 
     #[inline]
     fn get(&self, i: usize) -> f32 {

@@ -27,8 +27,15 @@ pub trait QuantBlock: Copy {
     /// Bytes per block (== `size_of::<Self>()`).
     const BYTES: usize;
 
-    /// Writes the block's `QK` values into `out[..QK]` (fewer if `out` is shorter).
-    fn dequant(&self, out: &mut [f32]);
+    /// Writes the block's `QK` values into `out[..QK]` (fewer if `out` is shorter). The default
+    /// goes through `get`, so the two cannot disagree; formats with a faster whole-block path
+    /// override it.
+    #[inline]
+    fn dequant(&self, out: &mut [f32]) {
+        for (i, o) in out.iter_mut().take(Self::QK).enumerate() {
+            *o = self.get(i);
+        }
+    }
 
     /// Element `i` (taken modulo `QK`, so it never panics), identical to `dequant`'s `out[i]`.
     /// One thread per element on the GPU uses this.
