@@ -503,6 +503,142 @@ fn moe_down_part(
 }
 
 #[derive(Clone, Debug)]
+struct RoutedCase {
+    fmt: BlockFormat,
+    n: u32,
+    n_expert: u32,
+    k: u32,
+    norm: bool,
+    /// 32-blocks of the input width; 32-row blocks of the expert width.
+    blocks: u32,
+    row_blocks: u32,
+    rows_per_warp: u32,
+    seed: u64,
+}
+
+fn routed_case(fmt: BlockFormat) -> impl Strategy<Value = RoutedCase> {
+    let experts = prop_oneof![1..=9u32, Just(33u32), Just(128u32)];
+    (
+        (1..=2u32, experts, 1..=4u32, any::<bool>()),
+        1..=2u32,
+        1..=2u32,
+        // Not 1: 1024-thread blocks would need ≤ 64 registers (see the dense test); not 2:
+        // the host executor runs a thread per GPU thread, and 2 adds only more warps.
+        prop::sample::select(vec![4u32, 8]),
+        seed(),
+    )
+        .prop_map(
+            move |((n, n_expert, k, norm), blocks, row_blocks, rows_per_warp, seed)| RoutedCase {
+                fmt,
+                n,
+                n_expert,
+                k: k.min(n_expert),
+                norm,
+                blocks: blocks * fmt.group() as u32,
+                row_blocks,
+                rows_per_warp,
+                seed,
+            },
+        )
+}
+
+/// `moe_swiglu_routed_q8` (decode: routing folded into the expert SwiGLU) against the unfused
+/// launches it replaces, bit for bit: the route `moe_route` writes (which `moe_route`'s own
+/// property checks against float64), the f32 products `moe_swiglu_split` writes over that
+/// route (checked against float64 in `moe_ffn`), and `quantize_q8_1` of them.
+fn moe_swiglu_routed(dev: &mut dyn Device, c: &RoutedCase) -> Result<(), TestCaseError> {
+    let (n, ne, k) = (c.n as usize, c.n_expert as usize, c.k as usize);
+    let (cols, ff) = (c.blocks as usize * QK, c.row_blocks as usize * QK);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (xq_b, xds_b, _, _) = common::quantize_q8_1(dev, &x, cols, n)?;
+    let mut logits = g.normals(n * ne, 1.0);
+    if ne > 2 {
+        logits[1] = logits[ne - 1]; // an exact tie: the lower index must win in both
+    }
+    let logits_b = upload(dev, &logits);
+    let (_, gq_b, gs_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
+    let (_, uq_b, us_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
+    let weights = [
+        gq_b.arg(),
+        gs_b.arg(),
+        uq_b.arg(),
+        us_b.arg(),
+        xq_b.arg(),
+        xds_b.arg(),
+    ];
+    let (n_expert, k_arg, norm) = (Arg::U32(c.n_expert), Arg::U32(c.k), Arg::U32(c.norm.into()));
+
+    // The unfused launches: route, then the slot-major SwiGLU over it.
+    let route0_b = poisoned::<f32>(dev, n * 2 * k, 0xff);
+    let rargs = [
+        logits_b.arg(),
+        route0_b.arg(),
+        n_expert,
+        k_arg,
+        norm,
+        Arg::U32(c.n),
+    ];
+    dev.launch(names::kiln_moe_route, dev.shapes().per_warp(c.n), &rargs);
+    let act0_b = poisoned::<f32>(dev, n * k * ff, 0xff);
+    let args = [
+        &weights[..],
+        &[route0_b.arg(), act0_b.arg()],
+        &[Arg::U32(ff as u32), Arg::U32(cols as u32), k_arg],
+    ]
+    .concat();
+    dev.launch(
+        families::MOE_SWIGLU[c.fmt as usize],
+        groups(dev, ff, n * k, None),
+        &args,
+    );
+    let (route0, act0) = (
+        download::<f32>(dev, &route0_b),
+        download::<f32>(dev, &act0_b),
+    );
+    check_written(dev, "moe_swiglu output", &act0)?;
+
+    // The fused launch.
+    let route_b = poisoned::<f32>(dev, n * 2 * k, 0xff);
+    let act_b = poisoned::<f32>(dev, n * k * ff, 0xff);
+    let q8 = common::q8_outputs(dev, n * k * ff);
+    let args = [
+        &weights[..],
+        &[
+            logits_b.arg(),
+            route_b.arg(),
+            act_b.arg(),
+            q8.0.arg(),
+            q8.1.arg(),
+        ],
+        &[
+            Arg::U32(ff as u32),
+            Arg::U32(cols as u32),
+            n_expert,
+            k_arg,
+            norm,
+        ],
+    ]
+    .concat();
+    let dims = dev
+        .shapes()
+        .matvec_swiglu_q8(ff as u32, (n * k) as u32, c.rows_per_warp);
+    dev.launch(families::MOE_SWIGLU_ROUTED[c.fmt as usize], dims, &args);
+    let (route, act) = (download::<f32>(dev, &route_b), download::<f32>(dev, &act_b));
+    let label = dev.label();
+    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+    prop_assert!(
+        bits(&route) == bits(&route0),
+        "{label}: routed route {route:?}, moe_route wrote {route0:?}"
+    );
+    prop_assert!(
+        bits(&act) == bits(&act0),
+        "{label}: moe_swiglu_routed_q8 f32 output differs from moe_swiglu's"
+    );
+    common::check_q8_of(dev, "moe_swiglu_routed_q8", &act0, ff, n * k, &q8)
+}
+
+#[derive(Clone, Debug)]
 struct GemmCase {
     fmt: BlockFormat,
     n: u32,
@@ -709,6 +845,8 @@ kernel_properties! {
     host_moe_mma_q5k, gpu_moe_mma_q5k: gemm_case(BlockFormat::Q5K) => moe_gemm;
     host_moe_mma_q4k, gpu_moe_mma_q4k: gemm_case(BlockFormat::Q4K) => moe_gemm;
     host_moe_route, gpu_moe_route: route_case() => moe_route;
+    host_moe_swiglu_routed_q4_0, gpu_moe_swiglu_routed_q4_0: routed_case(BlockFormat::Q4_0) => moe_swiglu_routed;
+    host_moe_swiglu_routed_q4k, gpu_moe_swiglu_routed_q4k: routed_case(BlockFormat::Q4K) => moe_swiglu_routed;
     host_matvec_f32, gpu_matvec_f32: router_case() => matvec_f32;
     host_moe_ffn_q4_0, gpu_moe_ffn_q4_0: ffn_case(BlockFormat::Q4_0) => moe_ffn;
     host_moe_down_wide_q4_0, gpu_moe_down_wide_q4_0: wide_ffn_case(BlockFormat::Q4_0) => moe_down;
