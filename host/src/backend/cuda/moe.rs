@@ -24,19 +24,13 @@ use crate::backend::Backend;
 use crate::backend::Moe;
 use crate::cuda::{Arg, DBuf};
 
-/// The router logits fit the CUDA ranking (`warp_route`: a warp holds every logit).
-fn check_router(logits: &CudaTensor, moe: &Moe) -> Result<()> {
+pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaTensor> {
     moe.check_logits(logits)?;
     ensure!(
         moe.n_expert <= MOE_MAX_EXPERTS as usize,
         "mixture of experts: {} experts, the CUDA router ranks at most {MOE_MAX_EXPERTS}",
         moe.n_expert
     );
-    Ok(())
-}
-
-pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaTensor> {
-    check_router(logits, moe)?;
     let out = cuda.tensor(logits.rows, 2 * moe.n_used)?;
     let n = to_u32(logits.rows, "tokens")?;
     cuda.gpu.launch(
@@ -103,12 +97,7 @@ pub(super) fn swiglu_add(
             );
             match launch {
                 Some(launch) => {
-                    check_router(logits, moe)?;
-                    ensure!(
-                        logits.rows == n,
-                        "moe: router logits for {} tokens, {n} tokens of hidden state",
-                        logits.rows
-                    );
+                    moe.check_logits(logits)?;
                     Some((logits, launch, cuda.tensor(n, 2 * k)?))
                 }
                 None => None,
