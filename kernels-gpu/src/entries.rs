@@ -204,12 +204,6 @@ kernel_table! {
     kiln_moe_swiglu_q6k = moe::moe_swiglu_split [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_swiglu_q5k = moe::moe_swiglu_split [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_swiglu_q4k = moe::moe_swiglu_split [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
-    kiln_moe_swiglu_routed_q4_0 = moe::moe_swiglu_routed_q8 [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
-    kiln_moe_swiglu_routed_q4_1 = moe::moe_swiglu_routed_q8 [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
-    kiln_moe_swiglu_routed_q8_0 = moe::moe_swiglu_routed_q8 [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
-    kiln_moe_swiglu_routed_q6k = moe::moe_swiglu_routed_q8 [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
-    kiln_moe_swiglu_routed_q5k = moe::moe_swiglu_routed_q8 [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
-    kiln_moe_swiglu_routed_q4k = moe::moe_swiglu_routed_q8 [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, logits: *const f32, route: *mut f32, act: *mut f32, aq: *mut i8, ads: *mut f32, rows: u32, cols: u32, n_expert: u32, k: u32, norm: u32);
     kiln_moe_down_add_q4_0 = moe::moe_down_add_split [formats::Q4_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_add_q4_1 = moe::moe_down_add_split [formats::Q4_1] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_down_add_q8_0 = moe::moe_down_add_split [formats::Q8_0] (qs: *const u32, scales: *const u8, aq: *const u32, ads: *const f32, route: *const f32, x: *mut f32, rows: u32, cols: u32, k: u32);
@@ -350,14 +344,6 @@ pub mod families {
         names::kiln_moe_swiglu_q6k,
         names::kiln_moe_swiglu_q5k,
         names::kiln_moe_swiglu_q4k,
-    ];
-    pub const MOE_SWIGLU_ROUTED: FormatEntries = [
-        names::kiln_moe_swiglu_routed_q4_0,
-        names::kiln_moe_swiglu_routed_q4_1,
-        names::kiln_moe_swiglu_routed_q8_0,
-        names::kiln_moe_swiglu_routed_q6k,
-        names::kiln_moe_swiglu_routed_q5k,
-        names::kiln_moe_swiglu_routed_q4k,
     ];
     pub const MOE_DOWN_ADD: FormatEntries = [
         names::kiln_moe_down_add_q4_0,

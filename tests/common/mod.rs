@@ -310,41 +310,6 @@ pub fn check_written(dev: &dyn Device, what: &str, out: &[f32]) -> Result<(), Te
     }
 }
 
-/// Poisoned buffers for a kernel's Q8_1 output of `len` values: codes (-128, which the
-/// quantizer never writes) and (d, d·Σq) per 32-block (NaN).
-pub fn q8_outputs(dev: &mut dyn Device, len: usize) -> (Buf, Buf) {
-    (
-        poisoned::<i8>(dev, len, 0x80),
-        poisoned::<f32>(dev, len / reference::QK * 2, 0xff),
-    )
-}
-
-/// Fail unless the Q8_1 blocks a fused kernel emitted (`yq_b`, `yds_b`) are bit for bit
-/// `quantize_q8_1` of `y` (`n × cols`, the f32 output): the consumer then reads exactly what it
-/// read with a separate quantize launch.
-pub fn check_q8_of(
-    dev: &mut dyn Device,
-    what: &str,
-    y: &[f32],
-    cols: usize,
-    n: usize,
-    (yq_b, yds_b): &(Buf, Buf),
-) -> Result<(), TestCaseError> {
-    let (_, _, want_q, want_ds) = quantize_q8_1(dev, y, cols, n)?;
-    let (yq, yds) = (download::<i8>(dev, yq_b), download::<f32>(dev, yds_b));
-    let label = dev.label();
-    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
-    prop_assert!(
-        yq == want_q,
-        "{label}: {what} codes differ from quantize_q8_1's"
-    );
-    prop_assert!(
-        bits(&yds) == bits(&want_ds),
-        "{label}: {what} scales differ from quantize_q8_1's"
-    );
-    Ok(())
-}
-
 /// Quantize `x` (`n × cols`) with the kernel and check every block against the Q8_1
 /// definition (llama.cpp's, which the CPU backend shares): with d = amax/127 in f32, codes
 /// q = round(x/d) (half away from zero), stored d' = f16(d) and s' = f16(d·Σq). Returns the

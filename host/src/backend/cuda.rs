@@ -600,7 +600,6 @@ impl Cuda {
     /// resident at once; `None` (the separate quantize) when none is, or `rows % 32 != 0`.
     fn swiglu_q8_launch(
         &self,
-        family: FormatEntries,
         ty: GgmlType,
         rows: usize,
         n: usize,
@@ -608,7 +607,7 @@ impl Cuda {
         if !rows.is_multiple_of(32) || self.f32_activations {
             return None;
         }
-        let k = by_format(ty, family);
+        let k = by_format(ty, MATVEC_SWIGLU_Q8);
         let (rows, n) = (u32::try_from(rows).ok()?, u32::try_from(n).ok()?);
         [1, 2, 4, 8]
             .into_iter()
@@ -1432,7 +1431,7 @@ impl Backend for Cuda {
         }
         let mut out = self.tensor(x.rows, gate.rows)?;
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
-        if let Some((k, dims)) = self.swiglu_q8_launch(MATVEC_SWIGLU_Q8, ty, gate.rows, x.rows) {
+        if let Some((k, dims)) = self.swiglu_q8_launch(ty, gate.rows, x.rows) {
             // The down projection's Q8_1 blocks come out of this launch: no quantize node.
             let (yq, yds) = self.q8_buffers(x.rows, gate.rows)?;
             self.with_q8(x, |xq, xds| {
@@ -1489,20 +1488,7 @@ impl Backend for Cuda {
         down: &CudaWeight,
         m: &Moe,
     ) -> Result<()> {
-        moe::swiglu_add(self, x, h, moe::Routing::Route(route), gate, up, down, m)
-    }
-
-    fn moe_ffn_add(
-        &self,
-        x: &mut CudaTensor,
-        h: &CudaTensor,
-        logits: &CudaTensor,
-        gate: &CudaWeight,
-        up: &CudaWeight,
-        down: &CudaWeight,
-        m: &Moe,
-    ) -> Result<()> {
-        moe::swiglu_add(self, x, h, moe::Routing::Logits(logits), gate, up, down, m)
+        moe::swiglu_add(self, x, h, route, gate, up, down, m)
     }
 
     fn step(

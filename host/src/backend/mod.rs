@@ -308,24 +308,6 @@ pub trait Backend {
         bail!("the {} backend has no mixture-of-experts ops", self.name())
     }
 
-    /// A mixture-of-experts feed-forward from the router's logits: [`moe_route`](Self::moe_route)
-    /// then [`moe_swiglu_add`](Self::moe_swiglu_add). A backend may fuse the two (the CUDA
-    /// decode step ranks the experts inside the expert mat-vec), with the same result.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_ffn_add(
-        &self,
-        x: &mut Self::Tensor,
-        h: &Self::Tensor,
-        logits: &Self::Tensor,
-        gate: &Self::Weight,
-        up: &Self::Weight,
-        down: &Self::Weight,
-        moe: &Moe,
-    ) -> Result<()> {
-        let route = self.moe_route(logits, moe)?;
-        self.moe_swiglu_add(x, h, &route, gate, up, down, moe)
-    }
-
     /// `x += a · wᵀ` (a projection into the residual stream); a backend may fuse the add.
     fn matmul_add(&self, x: &mut Self::Tensor, a: &Self::Tensor, w: &Self::Weight) -> Result<()> {
         let y = self.matmul(a, w)?;

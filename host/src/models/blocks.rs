@@ -136,8 +136,8 @@ impl<B: Backend> MoeSwiGlu<B> {
     /// `x += Σ_j w_j · expert_j(h)` over the experts the router picks for each row of `h`.
     pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
         let moe = &self.experts.moe;
-        let logits = b.matmul(h, &self.router)?;
-        b.moe_ffn_add(x, h, &logits, &self.gate, &self.up, &self.down, moe)
+        let route = b.moe_route(&b.matmul(h, &self.router)?, moe)?;
+        b.moe_swiglu_add(x, h, &route, &self.gate, &self.up, &self.down, moe)
     }
 }
 

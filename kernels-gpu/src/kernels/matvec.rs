@@ -560,37 +560,13 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
     prefetch_rows::<P, F>(gate_qs, gate_scales, row0, QK, rows, nb);
     prefetch_rows::<P, F>(up_qs, up_scales, row0, QK, rows, nb);
     pdl_wait::<P>();
-    let at = t * rows + row0;
-    let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-    unsafe {
-        swiglu_q8_block::<P, F>(
-            gate_up,
-            x,
-            row0,
-            (y.add(at), yq.add(at), yds.add(2 * (at / QK))),
-            nb,
-        )
-    }
-}
-
-/// Rows `first .. first + 32` of gate/up + SwiGLU over the Q8_1 row `x`, written as 32 floats
-/// to `y` and as one Q8_1 block to (`yq`, `yds`). The block's warps take rows `w, w + warps,
-/// ...` and park the products in shared memory (32 floats); after one barrier the first warp
-/// quantizes them. Every thread of the block must call.
-#[inline(always)]
-pub(crate) unsafe fn swiglu_q8_block<P: TargetPolicy, F: SplitFormat>(
-    gate_up: ((*const u32, *const u8), (*const u32, *const u8)),
-    x: (*const u32, *const f32),
-    first: usize,
-    (y, yq, yds): (*mut f32, *mut i8, *mut f32),
-    nb: usize,
-) {
     let parked: *mut f32 = shared_mem();
     let warps = (block_dim() / WARP) as usize;
     // `r` is warp-uniform, so every lane reaches the warp sums inside `warp_dots`.
     let mut r = warp_id() as usize;
     while r < QK {
-        let v = unsafe { swiglu_dot::<P, F>(gate_up, x, first + r, true, nb) };
+        let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
+        let v = unsafe { swiglu_dot::<P, F>(gate_up, x, row0 + r, true, nb) };
         if lane() == 0 {
             unsafe { *parked.add(r) = v };
         }
@@ -599,9 +575,10 @@ pub(crate) unsafe fn swiglu_q8_block<P: TargetPolicy, F: SplitFormat>(
     sync_threads();
     if warp_id() == 0 {
         let v = unsafe { *parked.add(lane() as usize) };
+        let at = t * rows + row0 + lane() as usize;
         unsafe {
-            *y.add(lane() as usize) = v;
-            quantize_block(v, yq.add(lane() as usize), yds);
+            *y.add(at) = v;
+            quantize_block(v, yq.add(at), yds.add(2 * (at / QK)));
         }
     }
 }

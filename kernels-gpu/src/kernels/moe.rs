@@ -8,8 +8,8 @@
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat, load_side};
 use crate::kernels::matvec::{
-    WeightRow, lane_dot_f32x, load_block_quants, load_q8_block, q8_row, swiglu_q8_block,
-    swiglu_rows, warp_dots_in_flight, warp_row_sums,
+    WeightRow, lane_dot_f32x, load_block_quants, load_q8_block, q8_row, swiglu_rows,
+    warp_dots_in_flight, warp_row_sums,
 };
 use crate::kernels::mma::MOE_TILE_WORDS;
 use policies::TargetPolicy;
@@ -75,32 +75,12 @@ pub unsafe fn moe_route<P: TargetPolicy>(
     norm: u32,
     n: u32,
 ) {
+    const PER_LANE: usize = (MOE_MAX_EXPERTS / WARP) as usize;
     let t = block_idx() * (block_dim() / WARP) + warp_id();
     if t >= n {
         return; // warp-uniform: the whole warp leaves together
     }
-    let (row, out) = unsafe {
-        (
-            logits.add((t * n_expert) as usize),
-            route.add((t * 2 * k) as usize),
-        )
-    };
-    unsafe { warp_route(row, n_expert, k, norm, 0, out) };
-}
-
-/// [`moe_route`] of one row of logits by one warp (every lane must call): returns the expert in
-/// slot `want` (`< k`), and when `out` is not null lane 0 writes the whole route row there.
-/// Without `out` it stops after slot `want`: the later picks cannot change the earlier ones.
-#[inline(always)]
-unsafe fn warp_route(
-    row: *const f32,
-    n_expert: u32,
-    k: u32,
-    norm: u32,
-    want: u32,
-    out: *mut f32,
-) -> u32 {
-    const PER_LANE: usize = (MOE_MAX_EXPERTS / WARP) as usize;
+    let row = unsafe { logits.add((t * n_expert) as usize) };
     let expert = |i: usize| lane() + (i as u32) * WARP;
     let mut v = [f32::NEG_INFINITY; PER_LANE];
     unroll::<PER_LANE>(|i| {
@@ -116,10 +96,9 @@ unsafe fn warp_route(
         }
     });
     let sum = warp_sum(s);
-    let writes = !out.is_null();
-    let rounds = if writes { k } else { want + 1 };
-    let (mut taken, mut chosen, mut wanted) = (0u32, 0f32, 0u32);
-    for j in 0..rounds as usize {
+    let out = unsafe { route.add((t * 2 * k) as usize) };
+    let (mut taken, mut chosen) = (0u32, 0f32);
+    for j in 0..k as usize {
         // This lane's best untaken expert, then the warp's: the larger logit, the lower
         // index on ties.
         let mut best = (f32::NEG_INFINITY, u32::MAX);
@@ -132,21 +111,17 @@ unsafe fn warp_route(
         if best.1 % WARP == lane() {
             taken |= 1 << (best.1 / WARP);
         }
-        if j as u32 == want {
-            wanted = best.1;
-        }
         let p = exp(best.0 - max) / sum;
         chosen += p;
-        if writes && lane() == 0 {
+        if lane() == 0 {
             unsafe { (*out.add(j), *out.add(k as usize + j)) = (best.1 as f32, p) };
         }
     }
-    if writes && norm != 0 && lane() == 0 {
+    if norm != 0 && lane() == 0 {
         for j in 0..k as usize {
             unsafe { *out.add(k as usize + j) /= chosen };
         }
     }
-    wanted
 }
 
 /// The expert index in slot `j` of token `t`'s route.
@@ -197,50 +172,6 @@ pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
     unsafe { swiglu_rows::<P, F>(gate, up, x, act.add(slot * rows), e * rows, rows, nb) }
-}
-
-/// Decode's gate/up + SwiGLU with the routing folded in and the down projection's Q8_1 blocks
-/// emitted, so a decode layer has no route and no quantize launch (each was a dependent node,
-/// ~3 µs in the graph). Block (`g`, `slot = t·k + j`) ranks token `t`'s router `logits` itself
-/// ([`warp_route`] in every warp: k warp arg-maxes over registers, cheaper than a launch) and
-/// computes rows `32g .. 32g + 32` of the expert in slot `j` into `act` (`n·k × rows`) and its
-/// Q8_1 form (`aq`, `ads`), as [`matvec_swiglu_q8`](crate::kernels::matvec::matvec_swiglu_q8)
-/// does. Block (0, `t·k`) also writes token `t`'s route (`n × 2k`) for
-/// [`moe_down_add_split`], the next launch. `rows % 32 == 0`. Launch:
-/// [`launch::matvec_swiglu_q8`](crate::kernels::launch::matvec_swiglu_q8) over `rows` and `n·k`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn moe_swiglu_routed_q8<P: TargetPolicy, F: SplitFormat>(
-    gate_qs: *const u32,
-    gate_scales: *const u8,
-    up_qs: *const u32,
-    up_scales: *const u8,
-    xq: *const u32,
-    xds: *const f32,
-    logits: *const f32,
-    route: *mut f32,
-    act: *mut f32,
-    aq: *mut i8,
-    ads: *mut f32,
-    rows: u32,
-    cols: u32,
-    n_expert: u32,
-    k: u32,
-    norm: u32,
-) {
-    let (nb, slot) = ((cols / QK as u32) as usize, block_idx_y());
-    let (t, j) = (slot / k, slot % k);
-    let out = match block_idx() == 0 && j == 0 && warp_id() == 0 {
-        true => unsafe { route.add((t * 2 * k) as usize) },
-        false => core::ptr::null_mut(),
-    };
-    let row = unsafe { logits.add((t * n_expert) as usize) };
-    let e = unsafe { warp_route(row, n_expert, k, norm, j, out) } as usize;
-    let (rows, row0) = (rows as usize, block_idx() as usize * QK);
-    let x = unsafe { q8_row(xq, xds, t as usize, nb) };
-    let at = slot as usize * rows + row0;
-    let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-    let y = unsafe { (act.add(at), aq.add(at), ads.add(2 * (at / QK))) };
-    unsafe { swiglu_q8_block::<P, F>(gate_up, x, e * rows + row0, y, nb) }
 }
 
 /// The experts' down projections, mixed into the residual stream: for token `t` (block row)

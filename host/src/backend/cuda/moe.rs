@@ -10,8 +10,7 @@
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_MATVEC_F32X, MOE_MMA, MOE_SWIGLU, MOE_SWIGLU_ROUTED,
-    MOE_SWIGLU_SORTED,
+    MOE_DOWN_ADD, MOE_DOWN_SORTED, MOE_MATVEC_F32X, MOE_MMA, MOE_SWIGLU, MOE_SWIGLU_SORTED,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::mma::MOE_TILE_WORDS;
@@ -48,20 +47,12 @@ pub(super) fn route(cuda: &Cuda, logits: &CudaTensor, moe: &Moe) -> Result<CudaT
     Ok(out)
 }
 
-/// What [`swiglu_add`] is given: a route ([`route`]'s output), or the router's logits, which a
-/// decode step ranks inside its expert mat-vec (`moe_swiglu_routed_q8`) and the other paths
-/// route first.
-pub(super) enum Routing<'a> {
-    Route(&'a CudaTensor),
-    Logits(&'a CudaTensor),
-}
-
 #[allow(clippy::too_many_arguments)]
 pub(super) fn swiglu_add(
     cuda: &Cuda,
     x: &mut CudaTensor,
     h: &CudaTensor,
-    routing: Routing,
+    route: &CudaTensor,
     gate: &CudaWeight,
     up: &CudaWeight,
     down: &CudaWeight,
@@ -85,35 +76,6 @@ pub(super) fn swiglu_add(
             down.name
         );
     };
-    let (n, k, n_embd) = (h.rows, moe.n_used, x.cols);
-    // Decode ranks inside the expert mat-vec; it writes the route the down projection reads.
-    let fused = match routing {
-        Routing::Logits(logits) if n == 1 => {
-            let launch = cuda.swiglu_q8_launch(
-                MOE_SWIGLU_ROUTED,
-                ty,
-                gate.rows / moe.n_expert.max(1),
-                n * k,
-            );
-            match launch {
-                Some(launch) => {
-                    moe.check_logits(logits)?;
-                    Some((logits, launch, cuda.tensor(n, 2 * k)?))
-                }
-                None => None,
-            }
-        }
-        _ => None,
-    };
-    let routed;
-    let route = match (&fused, routing) {
-        (Some((_, _, route)), _) => route,
-        (None, Routing::Route(route)) => route,
-        (None, Routing::Logits(logits)) => {
-            routed = self::route(cuda, logits, moe)?;
-            &routed
-        }
-    };
     let n_ff = moe.check_ffn(
         x,
         h,
@@ -125,6 +87,7 @@ pub(super) fn swiglu_add(
         "tensor {}: experts {n_ff} wide are not whole 32-blocks",
         down.name
     );
+    let (n, k, n_embd) = (h.rows, moe.n_used, x.cols);
     let (sh, sms) = (cuda.gpu.shapes(), cuda.gpu.sm_count());
     let (rows_ff, rows_embd) = (to_u32(n_ff, "expert width")?, to_u32(n_embd, "width")?);
     let slots = to_u32(n * k, "token slots")?;
@@ -233,6 +196,7 @@ pub(super) fn swiglu_add(
         return mix(cuda, x, &y, route, k_arg);
     }
     let order = sorted.map(|(order, _)| order);
+    let act = cuda.tensor(n * k, n_ff)?;
     let slot_major = |family, fmt, rows: &[u32], n: usize| {
         let kernel = by_format(fmt, family);
         (
@@ -241,54 +205,24 @@ pub(super) fn swiglu_add(
                 .one_wave(kernel, sh.matvec_multi(rows, n as u32, sms)),
         )
     };
-    let mut act = cuda.tensor(n * k, n_ff)?;
-    if let Some((logits, (kernel, dims), route)) = &fused {
-        let (aq, ads) = cuda.q8_buffers(n * k, n_ff)?;
-        cuda.with_q8(h, |xq, xds| {
-            let args = [
-                gq.arg(),
-                gs.arg(),
-                uq.arg(),
-                us.arg(),
-                xq,
-                xds,
-                logits.arg(),
-            ];
-            let rest = [
-                route.arg(),
-                act.arg(),
-                aq.arg(),
-                ads.arg(),
-                Arg::U32(rows_ff),
-                u32_arg(h.cols, "cols")?,
-                n_expert,
-                k_arg,
-                Arg::U32(u32::from(moe.norm_weights)),
-            ];
-            cuda.gpu
-                .launch(kernel, *dims, &[&args[..], &rest[..]].concat())
-        })?;
-        act.q8 = Some(Box::new((aq, ads)));
-    } else {
-        let (kernel, dims) = match order {
-            Some(_) => (
-                by_format(ty, MOE_SWIGLU_SORTED),
-                sh.moe_sorted(slots, rows_ff),
-            ),
-            None => slot_major(MOE_SWIGLU, ty, &[rows_ff], n * k),
-        };
-        cuda.with_q8(h, |xq, xds| {
-            let mut args = vec![gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, route.arg()];
-            args.extend(order.as_ref().map(CudaTensor::arg));
-            args.extend([
-                act.arg(),
-                Arg::U32(rows_ff),
-                u32_arg(h.cols, "cols")?,
-                k_arg,
-            ]);
-            cuda.gpu.launch(kernel, dims, &args)
-        })?;
-    }
+    let (kernel, dims) = match order {
+        Some(_) => (
+            by_format(ty, MOE_SWIGLU_SORTED),
+            sh.moe_sorted(slots, rows_ff),
+        ),
+        None => slot_major(MOE_SWIGLU, ty, &[rows_ff], n * k),
+    };
+    cuda.with_q8(h, |xq, xds| {
+        let mut args = vec![gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, route.arg()];
+        args.extend(order.as_ref().map(CudaTensor::arg));
+        args.extend([
+            act.arg(),
+            Arg::U32(rows_ff),
+            u32_arg(h.cols, "cols")?,
+            k_arg,
+        ]);
+        cuda.gpu.launch(kernel, dims, &args)
+    })?;
     x.q8 = None;
     // Decode adds the mixed slots into `x` in the down projection; prefill writes each slot's
     // row to `y`, then mixes.
