@@ -188,72 +188,104 @@ fn exact(dev: &mut dyn Device, c: &AttnCase, f: &Filled) -> Vec<f64> {
     )
 }
 
+/// Which decode attention kernels a case runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// Split-KV, pass 1 in f32, then the combine.
+    F32,
+    /// Split-KV, pass 1 on tensor cores (`flash::attention_chunks_mma`), then the combine.
+    Mma,
+    /// One launch, one split per KV head over the whole history (`flash::attention_short_mma`).
+    Short,
+}
+
 fn attention(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
-    split_kv(dev, c, false)
+    split_kv(dev, c, Path::F32)
 }
 
-/// Pass 1 on tensor cores (`flash::attention_chunks_mma`), pass 2 as ever.
 fn attention_mma(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
-    split_kv(dev, c, true)
+    split_kv(dev, c, Path::Mma)
 }
 
-/// The two split-KV passes, pass 1 in f32 or (`mma`) on tensor cores, whose f16 operands
-/// (queries pre-scaled, probabilities in [0, 1]) put it ~1e-3 from the float64 reference over
-/// the cache's values, more when the softmax is peaky, as the flash prefill kernel.
-fn split_kv(dev: &mut dyn Device, c: &AttnCase, mma: bool) -> Result<(), TestCaseError> {
+fn attention_short(dev: &mut dyn Device, c: &AttnCase) -> Result<(), TestCaseError> {
+    split_kv(dev, c, Path::Short)
+}
+
+/// The two split-KV passes, pass 1 in f32 or on tensor cores, or the one-launch short form;
+/// the tensor-core steps' f16 operands (queries pre-scaled, probabilities in [0, 1]) put them
+/// ~1e-3 from the float64 reference over the cache's values, more when the softmax is peaky,
+/// as the flash prefill kernel.
+fn split_kv(dev: &mut dyn Device, c: &AttnCase, path: Path) -> Result<(), TestCaseError> {
+    let mma = path != Path::F32;
     let f = fill(dev, c);
     let (kvh, hd, n) = (c.kv_heads as usize, c.head_dim as usize, c.n as usize);
     let (heads, total, max_ctx, scale) = (f.heads, f.total, f.max_ctx, f.scale);
     let (qb, kb, vb, pos) = (&f.qb, &f.kb, &f.vb, &f.pos);
     let (k, v) = (&f.k, &f.v);
     let (h32, ctx32) = (heads as u32, max_ctx as u32);
-    let scratch = dev.shapes().attention_scratch(h32, c.head_dim, c.n, ctx32);
-    let part = poisoned::<f32>(dev, scratch, 0xff);
     let ob = poisoned::<f32>(dev, n * heads * hd, 0xff);
-    let sh = dev.shapes();
-    let (pass1, dims) = match mma {
-        false => (
-            names::kiln_attention_chunks,
-            sh.attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32),
-        ),
-        true => (
-            names::kiln_attention_chunks_mma,
-            sh.attention_chunks_mma(h32, c.kv_heads, c.head_dim, c.n, ctx32),
-        ),
-    };
-    let args = [
-        qb.arg(),
-        kb.arg(),
-        vb.arg(),
-        part.arg(),
-        pos.arg(),
+    let width = n * heads * hd;
+    let (xq, xds) = (
+        poisoned::<i8>(dev, width, 0x80),
+        poisoned::<f32>(dev, width / 16, 0xff),
+    );
+    let shape = [
         Arg::U32(h32),
         Arg::U32(c.kv_heads),
         Arg::U32(c.head_dim),
         Arg::U32(ctx32),
         Arg::F32(scale),
     ];
-    dev.launch(pass1, dims, &args);
-    let dims = dev.shapes().attention_combine(h32, c.head_dim, c.n);
-    let width = n * heads * hd;
-    let (xq, xds) = (
-        poisoned::<i8>(dev, width, 0x80),
-        poisoned::<f32>(dev, width / 16, 0xff),
-    );
-    dev.launch(
-        names::kiln_attention_combine,
-        dims,
-        &[
-            part.arg(),
+    if path == Path::Short {
+        let dims = dev
+            .shapes()
+            .attention_short_mma(h32, c.kv_heads, c.head_dim, c.n);
+        let io = [
+            qb.arg(),
+            kb.arg(),
+            vb.arg(),
             ob.arg(),
             xq.arg(),
             xds.arg(),
             pos.arg(),
-            Arg::U32(h32),
-            Arg::U32(c.head_dim),
-            Arg::U32(ctx32),
-        ],
-    );
+        ];
+        dev.launch(
+            names::kiln_attention_short_mma,
+            dims,
+            &[&io[..], &shape[..]].concat(),
+        );
+    } else {
+        let sh = dev.shapes();
+        let (pass1, dims) = match path {
+            Path::F32 => (
+                names::kiln_attention_chunks,
+                sh.attention_chunks(h32, c.kv_heads, c.head_dim, c.n, ctx32),
+            ),
+            _ => (
+                names::kiln_attention_chunks_mma,
+                sh.attention_chunks_mma(h32, c.kv_heads, c.head_dim, c.n, ctx32),
+            ),
+        };
+        let scratch = sh.attention_scratch(h32, c.head_dim, c.n, ctx32);
+        let part = poisoned::<f32>(dev, scratch, 0xff);
+        let io = [qb.arg(), kb.arg(), vb.arg(), part.arg(), pos.arg()];
+        dev.launch(pass1, dims, &[&io[..], &shape[..]].concat());
+        let dims = dev.shapes().attention_combine(h32, c.head_dim, c.n);
+        dev.launch(
+            names::kiln_attention_combine,
+            dims,
+            &[
+                part.arg(),
+                ob.arg(),
+                xq.arg(),
+                xds.arg(),
+                pos.arg(),
+                Arg::U32(h32),
+                Arg::U32(c.head_dim),
+                Arg::U32(ctx32),
+            ],
+        );
+    }
     let out = download::<f32>(dev, &ob);
     check_written(dev, "attention", &out)?;
     // Its Q8_1 blocks are what quantize_q8_1 makes of the output, bit for bit.
@@ -324,6 +356,7 @@ fn mma_case() -> impl Strategy<Value = AttnCase> {
 kernel_properties! {
     host_attention, gpu_attention: attn_case() => attention;
     host_attention_mma, gpu_attention_mma: mma_case() => attention_mma;
+    host_attention_short, gpu_attention_short: mma_case() => attention_short;
 }
 
 #[test]

@@ -769,12 +769,15 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
         // With the f32 attention kernel: the same arithmetic up to float rounding. With the
-        // tensor-core pass 1 (head_dim 64 here): its f16 operands, ~1e-3.
-        for (mma, tol) in [(false, 1e-4), (true, 5e-3)] {
-            let cuda = Cuda::host::<policies::Hopper>().with_attention_mma(mma);
+        // tensor-core pass 1 (head_dim 64 here): its f16 operands, ~1e-3, in split-KV's two
+        // launches and in the one-launch form for short histories.
+        for (mma, short, tol) in [(false, 0, 1e-4), (true, 0, 5e-3), (true, 1 << 20, 5e-3)] {
+            let cuda = Cuda::host::<policies::Hopper>()
+                .with_attention_mma(mma)
+                .with_attention_short_max(short);
             let gpu = decode_steps(&cuda, &file, &TOKENS);
             let what = format!(
-                "{} {:?} head_dim {}, attention mma {mma}: CUDA-on-host vs CPU",
+                "{} {:?} head_dim {}, attention mma {mma}, short up to {short}: CUDA-on-host vs CPU",
                 s.arch, s.ty, s.head_dim
             );
             assert_positions_close(&cpu, &gpu, tol, &what);

@@ -146,6 +146,11 @@ pub trait TargetPolicy: 'static {
     /// split is one chunk while `tokens × chunks` fits; a long prefill over a large cache gets
     /// fewer, longer splits instead of a scratch that grows with both.
     const ATTN_MAX_PARTIALS: u32;
+    /// Longest history (positions, the step's own included) for which decode attention runs as
+    /// one launch with one split per KV head (`kiln_attention_short_mma`: no scratch, no
+    /// combine) instead of split-KV's two; 0: never. Short histories leave the splits little to
+    /// read, and the second launch's dependency then costs more than their parallelism saves.
+    const ATTN_SHORT_MAX: u32 = 0;
     /// KV cache rows position-major (`max_ctx × kv_heads × head_dim` per layer, llama.cpp's
     /// order) instead of head-major (`kv_heads × max_ctx × head_dim`): at a short context the
     /// rows a decode step reads then share a few pages instead of one page per head. Every
@@ -198,6 +203,7 @@ macro_rules! gemm_variant {
             const ATTN_CHUNK: u32 = P::ATTN_CHUNK;
             const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
             const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
+            const ATTN_SHORT_MAX: u32 = P::ATTN_SHORT_MAX;
             const KV_POSITION_MAJOR: bool = P::KV_POSITION_MAJOR;
         }
     };

@@ -58,14 +58,19 @@ struct Steps {
     in_step: bool,
     /// Step shapes (cache, tokens) run once eagerly: their buffers are in the pool, so a
     /// recording of the next one allocates nothing.
-    warm: HashSet<(u64, usize)>,
-    graphs: HashMap<(u64, usize), Recorded>,
+    warm: HashSet<StepKey>,
+    graphs: HashMap<StepKey, Recorded>,
     /// While recording: rows of the embedding table the step reads (replays check ids).
     vocab: Option<usize>,
     /// Recording is on (CUDA device, `KILN_CUDA_GRAPHS` not `0`, recording has not kept failing).
     enabled: bool,
     failures: u32,
 }
+
+/// A recorded step's shape: (cache, tokens, whether its history is short enough for the
+/// one-launch attention). Kernels read the position from device memory, so one graph serves
+/// every position of its bucket; the attention's launch topology differs between buckets.
+type StepKey = (u64, usize, bool);
 
 struct Recorded {
     graph: Graph,
@@ -108,6 +113,10 @@ pub struct Cuda {
     /// `SWIGLU_Q8_MAX_ROWS_PER_WARP`; `KILN_SWIGLU_Q8_ROWS` overrides it, 0 = the separate
     /// quantize launch: the A/B switch).
     swiglu_q8_rows: u32,
+    /// Longest history (positions) decode attention runs as one launch for (the policy's
+    /// `ATTN_SHORT_MAX`; `KILN_ATTN_SHORT_MAX` overrides it, 0 = always split-KV's two
+    /// launches: the A/B switch).
+    attention_short_max: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
@@ -125,8 +134,15 @@ impl Cuda {
             })?,
             Err(_) => base.swiglu_q8_rows,
         };
+        let attention_short_max = match std::env::var("KILN_ATTN_SHORT_MAX") {
+            Ok(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!("KILN_ATTN_SHORT_MAX={v}: expected a number of positions (0 = off)")
+            })?,
+            Err(_) => base.attention_short_max,
+        };
         Ok(Cuda {
             swiglu_q8_rows,
+            attention_short_max,
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
@@ -148,6 +164,7 @@ impl Cuda {
         let enabled =
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
+        let attention_short_max = gpu.shapes().attention_short_max() as usize;
         let steps = Steps {
             buf,
             in_step: false,
@@ -170,6 +187,7 @@ impl Cuda {
             attention_mma: true,
             moe_gemm: true,
             swiglu_q8_rows,
+            attention_short_max,
             rope_factors: RefCell::default(),
         })
     }
@@ -271,6 +289,11 @@ impl Cuda {
     /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
     /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
     /// default mode to float rounding.
+    /// Decode attention in one launch for histories up to `positions` (0: never).
+    pub fn with_attention_short_max(mut self, positions: usize) -> Self {
+        self.attention_short_max = positions;
+        self
+    }
     pub fn with_moe_gemm(mut self, on: bool) -> Self {
         self.moe_gemm = on;
         self
@@ -351,6 +374,7 @@ impl Cuda {
         cache: &CudaKvCache,
         layer: usize,
         q: &CudaTensor,
+        pos: usize,
         pos_d: Arg,
         attn: &Attention,
     ) -> Result<CudaTensor> {
@@ -364,26 +388,21 @@ impl Cuda {
             to_u32(q.rows, "tokens")?,
             to_u32(cache.spec.max_seq, "context")?,
         );
+        let (k, v) = (cache.k[layer].arg(), cache.v[layer].arg());
+        // The trailing parameters every attention kernel shares.
+        let shape = [
+            Arg::U32(heads),
+            Arg::U32(kv_heads),
+            Arg::U32(head_dim),
+            Arg::U32(max_ctx),
+            Arg::F32(attn.scale),
+        ];
         // Prefill chunks: tensor-core attention, K/V read once per 64 tokens instead of once
         // per token. Its f16 operands are for the default mode; f32-activation mode keeps the
         // f32 split-KV kernels.
         if tokens >= FLASH_MIN_TOKENS && flash::flash_supports(head_dim) && !self.f32_activations {
             let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
-            let args = [
-                q.arg(),
-                cache.k[layer].arg(),
-                cache.v[layer].arg(),
-                out.arg(),
-                pos_d,
-                Arg::U32(tokens),
-            ];
-            let shape = [
-                Arg::U32(heads),
-                Arg::U32(kv_heads),
-                Arg::U32(head_dim),
-                Arg::U32(max_ctx),
-                Arg::F32(attn.scale),
-            ];
+            let args = [q.arg(), k, v, out.arg(), pos_d, Arg::U32(tokens)];
             self.gpu.launch(
                 names::kiln_flash_prefill,
                 sh.flash_prefill(heads, head_dim, tokens),
@@ -391,14 +410,31 @@ impl Cuda {
             )?;
             return Ok(out);
         }
-        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
         // Pass 1 on tensor cores where the f16 operands are acceptable (as for prefill).
         let mma = sh.attention_chunks_mma(heads, kv_heads, head_dim, tokens, max_ctx);
-        let (pass1, dims) = if self.attention_mma
+        let on_tensor_cores = self.attention_mma
             && flash::flash_supports(head_dim)
             && !self.f32_activations
-            && mma.shared_bytes <= sh.max_shared_bytes()
-        {
+            && mma.shared_bytes <= sh.max_shared_bytes();
+        if on_tensor_cores && self.short_history(pos, q.rows) {
+            // One launch: a split per KV head over the whole (short) history.
+            let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
+            let (xq, xds) = self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?;
+            self.gpu.launch(
+                names::kiln_attention_short_mma,
+                sh.attention_short_mma(heads, kv_heads, head_dim, tokens),
+                &[
+                    &[q.arg(), k, v, out.arg(), xq.arg(), xds.arg(), pos_d],
+                    &shape[..],
+                ]
+                .concat(),
+            )?;
+            let mut out = out;
+            out.q8 = Some(Box::new((xq, xds)));
+            return Ok(out);
+        }
+        let scratch = self.tensor(sh.attention_scratch(heads, head_dim, tokens, max_ctx), 1)?;
+        let (pass1, dims) = if on_tensor_cores {
             (names::kiln_attention_chunks_mma, mma)
         } else {
             (
@@ -409,18 +445,7 @@ impl Cuda {
         self.gpu.launch(
             pass1,
             dims,
-            &[
-                q.arg(),
-                cache.k[layer].arg(),
-                cache.v[layer].arg(),
-                scratch.arg(),
-                pos_d,
-                Arg::U32(heads),
-                Arg::U32(kv_heads),
-                Arg::U32(head_dim),
-                Arg::U32(max_ctx),
-                Arg::F32(attn.scale),
-            ],
+            &[&[q.arg(), k, v, scratch.arg(), pos_d], &shape[..]].concat(),
         )?;
         let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
         // The output projection reads Q8_1 activations: emit them here (not in f32 mode).
@@ -448,6 +473,12 @@ impl Cuda {
         )?;
         out.q8 = q8.map(Box::new);
         Ok(out)
+    }
+
+    /// Whether a step of `n` tokens from position `pos` attends a history short enough for the
+    /// one-launch attention (`attention_short_max`). Also part of a recorded step's key.
+    fn short_history(&self, pos: usize, n: usize) -> bool {
+        n < FLASH_MIN_TOKENS as usize && pos + n <= self.attention_short_max
     }
 
     /// The split-format mat-vec over `n` rows of Q8_1 activations `x` = (`xq`, `xds`): `y = x·wᵀ`,
@@ -1198,7 +1229,7 @@ impl Backend for Cuda {
                 u32_arg(store_threads, "kv size")?,
             ],
         )?;
-        self.attend_cached(cache, layer, q, pos_d, attn)
+        self.attend_cached(cache, layer, q, pos, pos_d, attn)
     }
 
     fn rope_attention(
@@ -1270,7 +1301,7 @@ impl Backend for Cuda {
                 Arg::F32(eps),
             ],
         )?;
-        self.attend_cached(cache, layer, &q_out, pos_d, attn)
+        self.attend_cached(cache, layer, &q_out, pos, pos_d, attn)
     }
 
     fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
@@ -1502,7 +1533,7 @@ impl Backend for Cuda {
         let mut step = vec![to_u32(pos, "position")?];
         step.extend_from_slice(tokens);
         self.step_arg(0, &step)?;
-        let key = (cache.id, n);
+        let key = (cache.id, n, self.short_history(pos, n));
         let (recorded, record) = {
             let st = self.steps.borrow();
             (
@@ -1723,7 +1754,7 @@ impl Cuda {
     /// the step runs eagerly (returns its output).
     fn record(
         &self,
-        key: (u64, usize),
+        key: StepKey,
         cache: &mut CudaKvCache,
         run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
     ) -> Result<Option<CudaTensor>> {
@@ -1781,7 +1812,7 @@ impl Cuda {
 
     /// Replays the recorded step `key` (tokens and position already in the step buffer) and
     /// returns a copy of its output.
-    fn replay(&self, key: (u64, usize), tokens: &[u32]) -> Result<CudaTensor> {
+    fn replay(&self, key: StepKey, tokens: &[u32]) -> Result<CudaTensor> {
         let st = self.steps.borrow();
         let g = &st.graphs[&key];
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= g.vocab) {

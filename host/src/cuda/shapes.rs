@@ -87,6 +87,11 @@ pub trait LaunchShapes: Send + Sync {
         max_ctx: u32,
     ) -> Dims;
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
+    /// One-launch decode attention of a short history (`flash_supports(head_dim)`).
+    fn attention_short_mma(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32) -> Dims;
+    /// Longest history (positions, the step's own included) the one-launch short attention
+    /// takes ([`policies::TargetPolicy::ATTN_SHORT_MAX`]).
+    fn attention_short_max(&self) -> u32;
     /// f32 scratch between the two attention passes.
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
     /// Tensor-core prefill attention.
@@ -209,6 +214,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn attention_combine(&self, heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
         launch::attention_combine::<P>(heads, head_dim, n_tokens)
+    }
+    fn attention_short_mma(&self, heads: u32, kv_heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
+        launch::attention_short_mma::<P>(heads, kv_heads, head_dim, n_tokens)
+    }
+    fn attention_short_max(&self) -> u32 {
+        P::ATTN_SHORT_MAX
     }
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
         launch::attention_scratch::<P>(heads, head_dim, n_tokens, max_ctx)

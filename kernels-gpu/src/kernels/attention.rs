@@ -152,6 +152,26 @@ impl SplitBlock {
             gs: per_block.min(heads / kv_heads - slice * per_block),
         })
     }
+
+    /// The calling block's work when one split is the whole history (the grid of
+    /// [`launch::attention_short_mma`](crate::kernels::launch::attention_short_mma): slices ×
+    /// KV heads, tokens): positions `0..=*pos + t`.
+    #[inline(always)]
+    pub(crate) unsafe fn whole(pos: *const u32, heads: u32, kv_heads: u32) -> SplitBlock {
+        let (per_block, slices) = head_slices(heads, kv_heads);
+        let (slice, kvh, t) = (block_idx() % slices, block_idx() / slices, block_idx_y());
+        SplitBlock {
+            t,
+            splits: 1,
+            split: 0,
+            kvh,
+            start: 0,
+            end: unsafe { *pos } + t + 1,
+            h0: kvh * (heads / kv_heads) + slice * per_block,
+            per_block,
+            gs: per_block.min(heads / kv_heads - slice * per_block),
+        }
+    }
 }
 
 /// Pass 1: the softmax partials of token `t`'s query heads in one KV head's group (or a slice of

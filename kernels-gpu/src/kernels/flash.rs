@@ -17,6 +17,7 @@ use crate::device::*;
 use crate::kernels::attention::{
     STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
 };
+use crate::kernels::matvec::quantize_block;
 use policies::TargetPolicy;
 
 /// Query tokens per block: 16 per warp.
@@ -278,20 +279,68 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
     max_ctx: u32,
     scale: f32,
 ) {
-    let a = (q, k, v, part, pos, heads, kv_heads, max_ctx, scale);
+    let sink = Sink::Records(part);
+    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
     unsafe {
         match head_dim {
-            64 => split_body::<P, 64, 4, 8>(a),
-            _ => split_body::<P, 128, 8, 16>(a),
+            64 => split_body::<P, 64, 4, 8, false>(a),
+            _ => split_body::<P, 128, 8, 16, false>(a),
         }
     }
+}
+
+/// Decode attention of a short history in one launch: [`attention_chunks_mma`] with a single
+/// split per KV head (slice) covering every position, whose merge is already the final
+/// softmax, so it writes `out` (`n × heads × head_dim` f32) and, unless `xq` is null, its Q8_1
+/// blocks for the output projection, as [`attention_combine`] would from one partial. No
+/// scratch, no second launch: at a few hundred positions the combine's launch cost more than
+/// the split's parallelism saved. The host takes it while the step's last position is below
+/// its threshold (`ATTN_SHORT_MAX`). Launch:
+/// [`launch::attention_short_mma`](crate::kernels::launch::attention_short_mma).
+///
+/// [`attention_combine`]: crate::kernels::attention::attention_combine
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn attention_short_mma<P: TargetPolicy>(
+    q: *const f32,
+    k: *const u16,
+    v: *const u16,
+    out: *mut f32,
+    xq: *mut i8,
+    xds: *mut f32,
+    pos: *const u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    max_ctx: u32,
+    scale: f32,
+) {
+    let sink = Sink::Output { out, xq, xds };
+    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8, true>(a),
+            _ => split_body::<P, 128, 8, 16, true>(a),
+        }
+    }
+}
+
+/// Where a pass-1 block's merged softmax goes: its split's scratch records, or (one split over
+/// the whole history) the normalized attention output and its Q8_1 blocks.
+#[derive(Clone, Copy)]
+enum Sink {
+    Records(*mut f32),
+    Output {
+        out: *mut f32,
+        xq: *mut i8,
+        xds: *mut f32,
+    },
 }
 
 type SplitArgs = (
     *const f32,
     *const u16,
     *const u16,
-    *mut f32,
+    Sink,
     *const u32,
     u32,
     u32,
@@ -299,14 +348,26 @@ type SplitArgs = (
     f32,
 );
 
+/// `WHOLE`: one split over the whole history (the [`Sink::Output`] form).
 #[inline(always)]
-unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
+unsafe fn split_body<
+    P: TargetPolicy,
+    const D: u32,
+    const KS: usize,
+    const ND: usize,
+    const WHOLE: bool,
+>(
     args: SplitArgs,
 ) {
-    let (q, k, v, part, pos, heads, kv_heads, max_ctx, scale) = args;
+    let (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale) = args;
     // Which token, heads and positions: as `attention_chunks` takes them.
-    let Some(b) = (unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, D, max_ctx) }) else {
-        return; // block-uniform: past the causal end, pass 2 will not read this split
+    let b = if WHOLE {
+        unsafe { SplitBlock::whole(pos, heads, kv_heads) }
+    } else {
+        match unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, D, max_ctx) } {
+            Some(b) => b,
+            None => return, // block-uniform: past the causal end, pass 2 will not read this split
+        }
     };
     let SplitBlock {
         t,
@@ -449,14 +510,33 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
         });
     }
     unsafe {
-        merge_slots(recs, P::ATTN_WARPS, per_block, gs, D, |hg, d, mx, l, a| {
-            let rec =
-                part.add((((t * heads + h0 + hg) * splits + split) * record_floats(D)) as usize);
-            if d == 0 {
-                *rec = mx;
-                *rec.add(1) = l;
-            }
-            *rec.add((STATS + d) as usize) = a;
-        })
+        merge_slots(
+            recs,
+            P::ATTN_WARPS,
+            per_block,
+            gs,
+            D,
+            |hg, d, mx, l, a| match sink {
+                Sink::Records(part) => {
+                    let rec = part.add(
+                        (((t * heads + h0 + hg) * splits + split) * record_floats(D)) as usize,
+                    );
+                    if d == 0 {
+                        *rec = mx;
+                        *rec.add(1) = l;
+                    }
+                    *rec.add((STATS + d) as usize) = a;
+                }
+                // `merge_slots` hands out (head, dimension) in warp-uniform rounds of consecutive
+                // dimensions (block_dim and D are multiples of 32), so a warp holds one Q8_1 block.
+                Sink::Output { out, xq, xds } => {
+                    let i = ((t * heads + h0 + hg) * D + d) as usize;
+                    *out.add(i) = a / l;
+                    if !xq.is_null() {
+                        quantize_block(a / l, xq.add(i), xds.add(2 * (i / 32)));
+                    }
+                }
+            },
+        )
     };
 }

@@ -301,6 +301,23 @@ pub const fn attention_chunks_mma<P: TargetPolicy>(
     }
 }
 
+/// One-launch decode attention of a short history (`flash::attention_short_mma`): one block per
+/// (KV head, slice of its query heads) and token, shared memory as [`attention_chunks_mma`].
+pub const fn attention_short_mma<P: TargetPolicy>(
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    n_tokens: u32,
+) -> Dims {
+    let (per_block, slices) = attention::head_slices(heads, kv_heads);
+    Dims {
+        grid_x: kv_heads * slices,
+        grid_y: n_tokens,
+        block: P::ATTN_WARPS * WARP,
+        shared_bytes: crate::kernels::flash::split_smem_bytes::<P>(per_block, head_dim),
+    }
+}
+
 /// Split-KV attention, pass 2: one block per (query head, token); shared memory: one partial per warp.
 pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
     Dims {
