@@ -74,8 +74,9 @@ impl TargetPolicy for Hopper {
     // 1024 partials per head: chunks of a cache up to 128k positions for decode, and a scratch of
     // heads × 1024 × (head_dim + 2) floats (17 MB for 32 heads of 128) for any prefill.
     const ATTN_MAX_PARTIALS: u32 = 1024;
-    // Predicted from the skip probe of session 21 (the combine launch costs ~1.8 µs per 8B
-    // layer, ~2.3 µs per 0.6B layer in the replayed graph); an A/B candidate until measured.
-    const ATTN_SHORT_MAX: u32 = 256;
+    // One 128-position tile round: measured on an H100 (session 21), tg128 from depth 1 +5.3 %
+    // on 0.6B Q4_0, +0.9 % on 8B; histories of 257–384 (three rounds) were 11 % / 6 % slower
+    // than split-KV's two launches, so longer ones keep them.
+    const ATTN_SHORT_MAX: u32 = 128;
     const KV_POSITION_MAJOR: bool = false;
 }
