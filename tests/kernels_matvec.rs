@@ -393,6 +393,120 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
     check_err(dev, "matvec_swiglu", err / scale, 2e-5)
 }
 
+/// [`fused_case`] no wider than a mat-vec block normalizes in registers (64 blocks at
+/// 128 threads), for the kernels that normalize their own input.
+fn norm_fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
+    fused_case(fmt).prop_map(move |c| FusedCase {
+        blocks: c.blocks.min(64),
+        ..c
+    })
+}
+
+/// `matvec3_norm_split_wide` and `matvec_swiglu_norm_split` (the projections that apply the
+/// RMSNorm themselves) give the bits of the `rms_norm_q8` launch followed by
+/// `matvec3_split_wide` / `matvec_swiglu_split` on its Q8_1 output, which `matvec_fused`
+/// checks against float64.
+fn matvec_norm_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError> {
+    let (cols, n) = (c.blocks as usize * QK, c.n as usize);
+    let (limit, _) = dev.shapes().norm_matvec_max_cols();
+    prop_assume!(cols <= limit as usize);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let w = g.normals(cols, 1.0);
+    let eps = 1e-6f32;
+    let (xb, wb) = (upload(dev, &x), upload(dev, &w));
+    // The two-launch form: the norm's Q8_1 blocks, then the projections reading them.
+    let normed = poisoned::<f32>(dev, n * cols, 0xff);
+    let xq_b = poisoned::<i8>(dev, n * cols, 0x80);
+    let xds_b = poisoned::<f32>(dev, n * cols / 16, 0xff);
+    let nargs = [
+        xb.arg(),
+        wb.arg(),
+        normed.arg(),
+        xq_b.arg(),
+        xds_b.arg(),
+        Arg::U32(cols as u32),
+        Arg::F32(eps),
+    ];
+    let dims = dev.shapes().norm_q8(n as u32, cols as u32);
+    dev.launch(names::kiln_rms_norm_q8, dims, &nargs);
+    let shared = kernels_gpu::kernels::norm::norm_shared_bytes(cols as u32);
+    let wave = |d: common::Dims| common::Dims {
+        grid_x: d.grid_x.min(c.wave.unwrap_or(u32::MAX)),
+        ..d
+    };
+    let mut mats = Vec::new();
+    let (mut two, mut one) = (Vec::new(), Vec::new());
+    for &rows in &c.rows {
+        let rows = rows as usize;
+        if rows == 0 {
+            for a in [&mut two, &mut one] {
+                a.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
+            }
+            continue;
+        }
+        let gguf = g.gguf_blocks(c.fmt, rows * cols / QK);
+        let (qs, sc) = common::split_planes(c.fmt, &gguf, rows, cols);
+        let (qs_b, sc_b) = (upload(dev, &qs), upload(dev, &sc));
+        let (y2, y1) = (
+            poisoned::<f32>(dev, n * rows, 0xff),
+            poisoned::<f32>(dev, n * rows, 0xff),
+        );
+        two.extend([qs_b.arg(), sc_b.arg(), y2.arg(), Arg::U32(rows as u32)]);
+        one.extend([qs_b.arg(), sc_b.arg(), y1.arg(), Arg::U32(rows as u32)]);
+        mats.push((qs_b, sc_b, y2, y1, rows));
+    }
+    two.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
+    one.extend([xb.arg(), wb.arg(), Arg::F32(eps), Arg::U32(cols as u32)]);
+    let dims = wave(
+        dev.shapes()
+            .matvec_wide_multi(&c.rows, n as u32, u32::MAX / 64),
+    );
+    dev.launch(entry(c.fmt, families::MATVEC3_WIDE), dims, &two);
+    let dims = common::Dims {
+        shared_bytes: shared,
+        ..dims
+    };
+    dev.launch(entry(c.fmt, families::MATVEC3_WIDE_NORM), dims, &one);
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    for (m, (_, _, y2, y1, _)) in mats.iter().enumerate() {
+        let (a, b) = (download::<f32>(dev, y2), download::<f32>(dev, y1));
+        check_written(dev, &format!("matvec3_norm output {m}"), &b)?;
+        prop_assert!(
+            bits(a) == bits(b),
+            "{}: matvec3_norm matrix {m}",
+            dev.label()
+        );
+    }
+
+    // Gate/up + SwiGLU with the first matrix as both (the bits of the path are the point).
+    let (gq, gs, _, _, rows) = &mats[0];
+    let (uq, us) = (gq, gs);
+    let (y2, y1) = (
+        poisoned::<f32>(dev, n * rows, 0xff),
+        poisoned::<f32>(dev, n * rows, 0xff),
+    );
+    let w4 = [gq.arg(), gs.arg(), uq.arg(), us.arg()];
+    let tail = [Arg::U32(*rows as u32), Arg::U32(cols as u32)];
+    let dims = wave(
+        dev.shapes()
+            .matvec_multi(&[*rows as u32], n as u32, u32::MAX / 64),
+    );
+    let args = [&w4[..], &[xq_b.arg(), xds_b.arg(), y2.arg()], &tail[..]].concat();
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU), dims, &args);
+    let own = [xb.arg(), wb.arg(), Arg::F32(eps), y1.arg()];
+    let args = [&w4[..], &own[..], &tail[..]].concat();
+    let dims = common::Dims {
+        shared_bytes: shared,
+        ..dims
+    };
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU_NORM), dims, &args);
+    let (a, b) = (download::<f32>(dev, &y2), download::<f32>(dev, &y1));
+    check_written(dev, "matvec_swiglu_norm output", &b)?;
+    prop_assert!(bits(a) == bits(b), "{}: matvec_swiglu_norm", dev.label());
+    Ok(())
+}
+
 /// A case of the gate/up + SwiGLU that emits Q8_1 (`matvec_swiglu_q8`): whole 32-row blocks,
 /// rows per warp 2, 4 and 8.
 #[derive(Debug, Clone)]
@@ -760,4 +874,32 @@ fn k_pack_refuses_what_it_cannot_hold() {
     assert!(!split_gguf_blocks::<formats::Q5K>(
         &good, 2, 128, &mut qs, &mut sc
     ));
+}
+
+// The host executor pays for every shuffle of the in-kernel norm: a few cases per format there,
+// the full count on the GPU.
+#[test]
+fn host_matvec_norm_fused() {
+    for fmt in [BlockFormat::Q4_0, BlockFormat::Q8_0, BlockFormat::Q6K] {
+        common::run_host(3, norm_fused_case(fmt), matvec_norm_fused);
+    }
+}
+
+#[test]
+fn gpu_matvec_norm_fused() {
+    for fmt in [
+        BlockFormat::Q4_0,
+        BlockFormat::Q4_1,
+        BlockFormat::Q8_0,
+        BlockFormat::Q6K,
+        BlockFormat::Q5K,
+        BlockFormat::Q4K,
+    ] {
+        common::run_gpu(
+            "gpu_matvec_norm_fused",
+            common::gpu_cases(),
+            norm_fused_case(fmt),
+            matvec_norm_fused,
+        );
+    }
 }
