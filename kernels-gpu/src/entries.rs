@@ -174,18 +174,6 @@ kernel_table! {
     kiln_matvec_swiglu_q6k = matvec::matvec_swiglu_split [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q5k = matvec::matvec_swiglu_split [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q4k = matvec::matvec_swiglu_split [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q4_0 = matvec::matvec3_norm_split_wide [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q4_1 = matvec::matvec3_norm_split_wide [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q8_0 = matvec::matvec3_norm_split_wide [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q6k = matvec::matvec3_norm_split_wide [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q5k = matvec::matvec3_norm_split_wide [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec3_wide_norm_q4k = matvec::matvec3_norm_split_wide [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const f32, norm: *const f32, eps: f32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q4_0 = matvec::matvec_swiglu_norm_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q4_1 = matvec::matvec_swiglu_norm_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q8_0 = matvec::matvec_swiglu_norm_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q6k = matvec::matvec_swiglu_norm_split [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q5k = matvec::matvec_swiglu_norm_split [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
-    kiln_matvec_swiglu_norm_q4k = matvec::matvec_swiglu_norm_split [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, x: *const f32, norm: *const f32, eps: f32, y: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q8_q4_0 = matvec::matvec_swiglu_q8 [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q8_q4_1 = matvec::matvec_swiglu_q8 [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
     kiln_matvec_swiglu_q8_q8_0 = matvec::matvec_swiglu_q8 [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, y: *mut f32, yq: *mut i8, yds: *mut f32, rows: u32, cols: u32) waits_itself;
@@ -325,22 +313,6 @@ pub mod families {
         names::kiln_matvec_swiglu_q6k,
         names::kiln_matvec_swiglu_q5k,
         names::kiln_matvec_swiglu_q4k,
-    ];
-    pub const MATVEC3_WIDE_NORM: FormatEntries = [
-        names::kiln_matvec3_wide_norm_q4_0,
-        names::kiln_matvec3_wide_norm_q4_1,
-        names::kiln_matvec3_wide_norm_q8_0,
-        names::kiln_matvec3_wide_norm_q6k,
-        names::kiln_matvec3_wide_norm_q5k,
-        names::kiln_matvec3_wide_norm_q4k,
-    ];
-    pub const MATVEC_SWIGLU_NORM: FormatEntries = [
-        names::kiln_matvec_swiglu_norm_q4_0,
-        names::kiln_matvec_swiglu_norm_q4_1,
-        names::kiln_matvec_swiglu_norm_q8_0,
-        names::kiln_matvec_swiglu_norm_q6k,
-        names::kiln_matvec_swiglu_norm_q5k,
-        names::kiln_matvec_swiglu_norm_q4k,
     ];
     pub const MATVEC_SWIGLU_Q8: FormatEntries = [
         names::kiln_matvec_swiglu_q8_q4_0,

@@ -34,9 +34,6 @@ impl TargetPolicy for Hopper {
     // quantize launch, whose short grid lets the down projection's blocks start their weight
     // prefetch early under PDL. KILN_SWIGLU_Q8_ROWS=2/4 turns it back on for an A/B.
     const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 0;
-    // Predicted from session 21's skip probe (a norm launch costs ~1.9 µs in the replayed
-    // 0.6B graph, ~1.1 µs on 8B, whose 4096-wide rows are past the register limit anyway).
-    const NORM_INTO_MATVEC: bool = true;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

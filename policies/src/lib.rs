@@ -95,12 +95,6 @@ pub trait TargetPolicy: 'static {
     /// host takes the fewest of 1, 2, 4, 8 up to this whose grid is one resident wave, and the
     /// separate quantize otherwise (0: never).
     const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32;
-    /// Decode's q/k/v and gate/up projections normalize their own input (`kiln_matvec3_wide_norm_*`,
-    /// `kiln_matvec_swiglu_norm_*`: every block computes the RMSNorm and its Q8_1 blocks into
-    /// shared memory) instead of reading a norm launch's output, for rows a block holds in
-    /// registers (`MATVEC_WARPS · 32 · 16` columns). Every block re-reads the row, so this pays
-    /// where the norm launch's dependency costs more than that (small models).
-    const NORM_INTO_MATVEC: bool = false;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -189,7 +183,6 @@ macro_rules! gemm_variant {
             const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
             const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
             const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = P::SWIGLU_Q8_MAX_ROWS_PER_WARP;
-            const NORM_INTO_MATVEC: bool = P::NORM_INTO_MATVEC;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
             const TILE_M: u32 = P::TILE_M;

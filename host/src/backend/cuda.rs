@@ -17,15 +17,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_NORM, MATVEC_SWIGLU_Q8,
-    MATVEC_WIDE, MATVEC3, MATVEC3_WIDE, MATVEC3_WIDE_NORM,
+    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_Q8, MATVEC_WIDE,
+    MATVEC3, MATVEC3_WIDE,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 use kernels_gpu::kernels::launch::Dims;
-use kernels_gpu::kernels::norm;
 use kernels_gpu::quant::reblock::{self, ReblockError};
 
 use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
@@ -118,10 +117,6 @@ pub struct Cuda {
     /// `ATTN_SHORT_MAX`; `KILN_ATTN_SHORT_MAX` overrides it, 0 = always split-KV's two
     /// launches: the A/B switch).
     attention_short_max: usize,
-    /// Widest input the decode q/k/v and gate/up projections normalize themselves (the
-    /// policy's `NORM_INTO_MATVEC` limit; `KILN_NORM_MATVEC=0` keeps the norm launch: the A/B
-    /// switch).
-    norm_matvec_max_cols: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
@@ -145,14 +140,9 @@ impl Cuda {
             })?,
             Err(_) => base.attention_short_max,
         };
-        let norm_matvec_max_cols = match std::env::var("KILN_NORM_MATVEC") {
-            Ok(v) if v == "0" => 0,
-            _ => base.norm_matvec_max_cols,
-        };
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
-            norm_matvec_max_cols,
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
@@ -175,10 +165,6 @@ impl Cuda {
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
-        let norm_matvec_max_cols = match gpu.shapes().norm_matvec_max_cols() {
-            (limit, true) => limit as usize,
-            (_, false) => 0,
-        };
         let steps = Steps {
             buf,
             in_step: false,
@@ -202,7 +188,6 @@ impl Cuda {
             moe_gemm: true,
             swiglu_q8_rows,
             attention_short_max,
-            norm_matvec_max_cols,
             rope_factors: RefCell::default(),
         })
     }
@@ -304,13 +289,6 @@ impl Cuda {
     /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
     /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
     /// default mode to float rounding.
-    /// Whether decode's q/k/v and gate/up projections normalize their input themselves where
-    /// it fits a block's registers (the policy's `NORM_INTO_MATVEC` is the default).
-    pub fn with_norm_in_matvec(mut self, on: bool) -> Self {
-        let (limit, _) = self.gpu.shapes().norm_matvec_max_cols();
-        self.norm_matvec_max_cols = if on { limit as usize } else { 0 };
-        self
-    }
     /// Decode attention in one launch for histories up to `positions` (0: never).
     pub fn with_attention_short_max(mut self, positions: usize) -> Self {
         self.attention_short_max = positions;
@@ -495,18 +473,6 @@ impl Cuda {
         )?;
         out.q8 = q8.map(Box::new);
         Ok(out)
-    }
-
-    /// The norm weight's argument when a decode projection of `x` may normalize its input
-    /// itself (`kiln_*_norm_*`): a whole-row f32 norm of a few tokens, in Q8_1 mode, no wider
-    /// than a mat-vec block holds in registers, with the switch on.
-    fn norm_in_matvec(&self, x: &CudaTensor, norm: &CudaWeight) -> Option<Arg> {
-        let Storage::F32(w) = &norm.storage else {
-            return None;
-        };
-        let fits = x.cols <= self.norm_matvec_max_cols && x.cols.is_multiple_of(32);
-        (fits && norm.cols == x.cols && x.rows <= FUSED_MAX_TOKENS && !self.f32_activations)
-            .then(|| w.arg())
     }
 
     /// Whether a step of `n` tokens from position `pos` attends a history short enough for the
@@ -1429,7 +1395,15 @@ impl Backend for Cuda {
             .iter()
             .map(|w| self.tensor(x.rows, w.rows))
             .collect::<Result<Vec<_>>>()?;
-        let mut args = matvec3_args(&parts, &outs, ws)?;
+        let mut args = Vec::with_capacity(15);
+        for i in 0..3 {
+            match (parts.get(i), outs.get(i), ws.get(i)) {
+                (Some((qs, sc)), Some(o), Some(w)) => {
+                    args.extend([qs.arg(), sc.arg(), o.arg(), u32_arg(w.rows, "rows")?])
+                }
+                _ => args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]),
+            }
+        }
         let rows: Vec<u32> = ws.iter().map(|w| w.rows as u32).collect();
         let (sh, sms, n) = (self.gpu.shapes(), self.gpu.sm_count(), x.rows as u32);
         // Wide when all rows together would take the wide single-matrix mat-vec.
@@ -1451,80 +1425,6 @@ impl Backend for Cuda {
             self.gpu.launch(k, dims, &args)
         })?;
         Ok(outs)
-    }
-
-    fn rms_norm_matmul_many(
-        &self,
-        x: &CudaTensor,
-        norm: &CudaWeight,
-        eps: f32,
-        ws: &[&CudaWeight],
-    ) -> Result<Vec<CudaTensor>> {
-        let sh = self.gpu.shapes();
-        let rows: Vec<u32> = ws.iter().map(|w| w.rows as u32).collect();
-        let fused = split_parts(ws).filter(|_| {
-            (2..=3).contains(&ws.len())
-                && ws.iter().all(|w| w.cols == x.cols)
-                && self.matvec3_wide
-                && sh.matvec_takes_wide(rows.iter().sum(), self.gpu.sm_count())
-        });
-        let (Some(nw), Some((ty, parts))) = (self.norm_in_matvec(x, norm), fused) else {
-            return self.matmul_many(&self.rms_norm(x, norm, eps)?, ws);
-        };
-        let outs = ws
-            .iter()
-            .map(|w| self.tensor(x.rows, w.rows))
-            .collect::<Result<Vec<_>>>()?;
-        let mut args = matvec3_args(&parts, &outs, ws)?;
-        args.extend([x.arg(), nw, Arg::F32(eps), u32_arg(x.cols, "cols")?]);
-        let k = by_format(ty, MATVEC3_WIDE_NORM);
-        let dims = Dims {
-            shared_bytes: norm::norm_shared_bytes(x.cols as u32),
-            ..sh.matvec_wide_multi(&rows, x.rows as u32, self.gpu.sm_count())
-        };
-        self.gpu.launch(k, self.gpu.one_wave(k, dims), &args)?;
-        Ok(outs)
-    }
-
-    fn rms_norm_matmul_swiglu(
-        &self,
-        x: &CudaTensor,
-        norm: &CudaWeight,
-        eps: f32,
-        gate: &CudaWeight,
-        up: &CudaWeight,
-    ) -> Result<CudaTensor> {
-        let fused = split_parts(&[gate, up]).filter(|(ty, _)| {
-            gate.rows == up.rows
-                && gate.cols == x.cols
-                && up.cols == x.cols
-                && self.swiglu_q8_launch(*ty, gate.rows, x.rows).is_none()
-        });
-        let (Some(nw), Some((ty, parts))) = (self.norm_in_matvec(x, norm), fused) else {
-            return self.matmul_swiglu(&self.rms_norm(x, norm, eps)?, gate, up);
-        };
-        let out = self.tensor(x.rows, gate.rows)?;
-        let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
-        let k = by_format(ty, MATVEC_SWIGLU_NORM);
-        let sh = self.gpu.shapes();
-        let dims = Dims {
-            shared_bytes: norm::norm_shared_bytes(x.cols as u32),
-            ..sh.matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count())
-        };
-        let args = [
-            gq.arg(),
-            gs.arg(),
-            uq.arg(),
-            us.arg(),
-            x.arg(),
-            nw,
-            Arg::F32(eps),
-            out.arg(),
-            u32_arg(gate.rows, "rows")?,
-            u32_arg(x.cols, "cols")?,
-        ];
-        self.gpu.launch(k, self.gpu.one_wave(k, dims), &args)?;
-        Ok(out)
     }
 
     fn matmul_swiglu(
@@ -1659,25 +1559,6 @@ impl Backend for Cuda {
             None => self.replay(key, tokens), // recorded, not yet run
         }
     }
-}
-
-/// The three (quants, scales, output, rows) argument groups of a `kiln_matvec3*` launch over up
-/// to three matrices (absent ones null and 0 rows).
-fn matvec3_args(
-    parts: &[(&DBuf<u8>, &DBuf<u8>)],
-    outs: &[CudaTensor],
-    ws: &[&CudaWeight],
-) -> Result<Vec<Arg>> {
-    let mut args = Vec::with_capacity(16);
-    for i in 0..3 {
-        match (parts.get(i), outs.get(i), ws.get(i)) {
-            (Some((qs, sc)), Some(o), Some(w)) => {
-                args.extend([qs.arg(), sc.arg(), o.arg(), u32_arg(w.rows, "rows")?])
-            }
-            _ => args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]),
-        }
-    }
-    Ok(args)
 }
 
 /// A K-quant's re-blocking by 32 for its split format (`kernels_gpu::quant::reblock`).

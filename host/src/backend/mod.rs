@@ -211,28 +211,6 @@ pub trait Backend {
     /// RMSNorm over each group of `w.cols` columns (a whole row, or one head for QK-norm),
     /// scaled by `w`.
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
-    /// [`matmul_many`](Self::matmul_many) of `rms_norm(x, norm, eps)` (a pre-norm block's
-    /// q/k/v): a backend may have the projections normalize their input themselves.
-    fn rms_norm_matmul_many(
-        &self,
-        x: &Self::Tensor,
-        norm: &Self::Weight,
-        eps: f32,
-        ws: &[&Self::Weight],
-    ) -> Result<Vec<Self::Tensor>> {
-        self.matmul_many(&self.rms_norm(x, norm, eps)?, ws)
-    }
-    /// [`matmul_swiglu`](Self::matmul_swiglu) of `rms_norm(x, norm, eps)`, likewise.
-    fn rms_norm_matmul_swiglu(
-        &self,
-        x: &Self::Tensor,
-        norm: &Self::Weight,
-        eps: f32,
-        gate: &Self::Weight,
-        up: &Self::Weight,
-    ) -> Result<Self::Tensor> {
-        self.matmul_swiglu(&self.rms_norm(x, norm, eps)?, gate, up)
-    }
     /// RMSNorm of each head (`w` is `head_dim` long) then RoPE at positions `pos..` (QK-norm);
     /// a backend may fuse the two.
     fn rms_norm_rope(

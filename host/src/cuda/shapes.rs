@@ -27,10 +27,6 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec_swiglu_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims;
     /// The policy's `SWIGLU_Q8_MAX_ROWS_PER_WARP`.
     fn swiglu_q8_max_rows(&self) -> u32;
-    /// Widest input the projections that normalize it themselves can take (`kiln_*_norm_*`:
-    /// the row a mat-vec block holds in registers), and whether the policy's
-    /// `NORM_INTO_MATVEC` has them take it.
-    fn norm_matvec_max_cols(&self) -> (u32, bool);
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
@@ -133,10 +129,6 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn swiglu_q8_max_rows(&self) -> u32 {
         P::SWIGLU_Q8_MAX_ROWS_PER_WARP
-    }
-    fn norm_matvec_max_cols(&self) -> (u32, bool) {
-        let limit = kernels_gpu::kernels::norm::norm_shared_max_cols(P::MATVEC_WARPS * 32);
-        (limit, P::NORM_INTO_MATVEC)
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)

@@ -76,16 +76,10 @@ impl<B: Backend> SelfAttn<B> {
         })
     }
 
-    /// Projects `rms_norm(x, norm, eps)` to queries, keys and values.
-    pub fn qkv(
-        &self,
-        b: &B,
-        x: &B::Tensor,
-        norm: &B::Weight,
-        eps: f32,
-    ) -> Result<(B::Tensor, B::Tensor, B::Tensor)> {
+    /// Projects the normed hidden state to queries, keys and values.
+    pub fn qkv(&self, b: &B, h: &B::Tensor) -> Result<(B::Tensor, B::Tensor, B::Tensor)> {
         let [q, k, v]: [B::Tensor; 3] = b
-            .rms_norm_matmul_many(x, norm, eps, &[&self.wq, &self.wk, &self.wv])?
+            .matmul_many(h, &[&self.wq, &self.wk, &self.wv])?
             .try_into()
             .map_err(|_| anyhow::anyhow!("matmul_many returned the wrong number of tensors"))?;
         Ok((q, k, v))
@@ -108,10 +102,9 @@ impl<B: Backend> SwiGlu<B> {
         })
     }
 
-    /// `x += down(silu(gate(h)) * up(h))` with `h = rms_norm(x, norm, eps)`: the pre-normed
-    /// feed-forward added into the residual stream.
-    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, norm: &B::Weight, eps: f32) -> Result<()> {
-        let act = b.rms_norm_matmul_swiglu(x, norm, eps, &self.gate, &self.up)?;
+    /// `x += down(silu(gate(h)) * up(h))`: the feed-forward added into the residual stream.
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
+        let act = b.matmul_swiglu(h, &self.gate, &self.up)?;
         b.matmul_add(x, &act, &self.down)
     }
 }
@@ -140,10 +133,8 @@ impl<B: Backend> MoeSwiGlu<B> {
         })
     }
 
-    /// `x += Σ_j w_j · expert_j(h)` over the experts the router picks for each row of
-    /// `h = rms_norm(x, norm, eps)`.
-    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, norm: &B::Weight, eps: f32) -> Result<()> {
-        let h = &b.rms_norm(x, norm, eps)?;
+    /// `x += Σ_j w_j · expert_j(h)` over the experts the router picks for each row of `h`.
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
         let moe = &self.experts.moe;
         let route = b.moe_route(&b.matmul(h, &self.router)?, moe)?;
         b.moe_swiglu_add(x, h, &route, &self.gate, &self.up, &self.down, moe)
@@ -164,11 +155,10 @@ impl<B: Backend> FeedForward<B> {
         })
     }
 
-    /// `x += ffn(rms_norm(x, norm, eps))`.
-    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, norm: &B::Weight, eps: f32) -> Result<()> {
+    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
         match self {
-            FeedForward::Dense(f) => f.forward_add(b, x, norm, eps),
-            FeedForward::Experts(f) => f.forward_add(b, x, norm, eps),
+            FeedForward::Dense(f) => f.forward_add(b, x, h),
+            FeedForward::Experts(f) => f.forward_add(b, x, h),
         }
     }
 }
@@ -258,7 +248,8 @@ impl<B: Backend> DecoderBlock<B> {
         pos: usize,
         c: &Config,
     ) -> Result<()> {
-        let (q, k, v) = self.attn.qkv(b, x, &self.attn_norm, c.rms_eps)?;
+        let h = b.rms_norm(x, &self.attn_norm, c.rms_eps)?;
+        let (q, k, v) = self.attn.qkv(b, &h)?;
         // The norm weights are head_dim long, so each head is normalized separately.
         let qk_norm = self.qk_norm.as_ref().map(|(qn, kn)| (qn, kn, c.rms_eps));
         let a = b.rope_attention(
@@ -273,7 +264,8 @@ impl<B: Backend> DecoderBlock<B> {
             &c.attention(),
         )?;
         b.matmul_add(x, &a, &self.attn.wo)?;
-        self.ffn.forward_add(b, x, &self.ffn_norm, c.rms_eps)
+        let h = b.rms_norm(x, &self.ffn_norm, c.rms_eps)?;
+        self.ffn.forward_add(b, x, &h)
     }
 }
 

@@ -5,7 +5,6 @@
 //! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat, SplitOut, load_side, pick_matrix};
-use crate::kernels::norm::rms_norm_q8_shared;
 use policies::TargetPolicy;
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
@@ -273,43 +272,6 @@ pub(crate) unsafe fn q8_row(
     unsafe { (xq.add(row * nb * 8), xds.add(row * nb * 2)) }
 }
 
-/// Where a mat-vec warp reads its Q8_1 activation row: global memory (a [`q8_row`]) or the
-/// block's shared memory ([`SharedQ8`]).
-pub(crate) trait Q8Row: Copy {
-    /// Block `b`: its 32 codes and its (d, d·Σq) pair.
-    unsafe fn block(self, b: usize) -> ([u32; 8], (f32, f32));
-}
-
-impl Q8Row for (*const u32, *const f32) {
-    #[inline(always)]
-    unsafe fn block(self, b: usize) -> ([u32; 8], (f32, f32)) {
-        unsafe { load_q8_block(self, b) }
-    }
-}
-
-/// A Q8_1 activation row in the block's shared memory (codes, then (d, d·Σq) pairs), as
-/// [`rms_norm_q8_shared`](crate::kernels::norm::rms_norm_q8_shared) leaves it.
-#[derive(Clone, Copy)]
-pub(crate) struct SharedQ8(pub *const u32, pub *const f32);
-
-/// Four words read with one 16-byte access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Words4([u32; 4]);
-
-impl Q8Row for SharedQ8 {
-    #[inline(always)]
-    unsafe fn block(self, b: usize) -> ([u32; 8], (f32, f32)) {
-        let SharedQ8(q, ds) = self;
-        let (lo, hi) = unsafe {
-            let p = q.add(b * 8) as *const Words4;
-            ((*p).0, (*p.add(1)).0)
-        };
-        let codes = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-        (codes, unsafe { (*ds.add(2 * b), *ds.add(2 * b + 1)) })
-    }
-}
-
 /// One weight row a warp reduces: row `row` of the split-layout matrix (`qs`, `scales`);
 /// `live == false` marks a padding row past the matrix (loads and dots skipped).
 #[derive(Clone, Copy)]
@@ -325,9 +287,10 @@ pub(crate) struct WeightRow {
 #[inline(always)]
 unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
     w: &[WeightRow; R],
-    x: impl Q8Row,
+    x: (*const u32, *const f32),
     nb: usize,
 ) -> [f32; R] {
+    let (xq_row, xds_row) = x;
     let mut acc = [0f32; R];
     let mut b0 = lane() as usize;
     // `unroll` writes the loops over U and R out, so these arrays stay in registers (a rolled
@@ -340,7 +303,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
-                (xw[u], xd[u]) = unsafe { x.block(b) };
+                (xw[u], xd[u]) = unsafe { load_q8_block((xq_row, xds_row), b) };
                 unroll::<R>(|r| {
                     if w[r].live {
                         let blk = w[r].row * nb + b;
@@ -388,7 +351,7 @@ pub(crate) unsafe fn load_q8_block(
 #[inline(always)]
 pub(crate) unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const R: usize>(
     w: &[WeightRow; R],
-    x: impl Q8Row,
+    x: (*const u32, *const f32),
     nb: usize,
 ) -> [f32; R] {
     unsafe {
@@ -490,109 +453,24 @@ unsafe fn matvec3_with<P: TargetPolicy, F: SplitFormat>(
         (w2, s2, y2, rows2),
     ]
     .map(SplitOut::from);
-    let act = Act::Q8(xq, xds);
     unsafe {
         match rows_per_warp {
-            1 => matvec3_rows::<P, F, 1, false>(mats, act, cols),
-            2 => matvec3_rows::<P, F, 2, false>(mats, act, cols),
-            _ => matvec3_rows::<P, F, 4, false>(mats, act, cols),
-        }
-    }
-}
-
-/// [`matvec3_split_wide`] over `RMSNorm(x)·norm` (`x`: `n × cols` f32, `norm`: `cols`) instead
-/// of Q8_1 activations: every block first normalizes and quantizes its token's row into shared
-/// memory ([`rms_norm_q8_shared`]), bit for bit as the `rms_norm_q8` launch would, so the
-/// projections need no norm launch before them. `cols <=
-/// norm_shared_max_cols(MATVEC_WARPS · 32)`. Launch: [`launch::matvec_wide_groups`] with
-/// [`norm_shared_bytes`]`(cols)` of shared memory.
-///
-/// [`rms_norm_q8_shared`]: crate::kernels::norm::rms_norm_q8_shared
-/// [`norm_shared_bytes`]: crate::kernels::norm::norm_shared_bytes
-/// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec3_norm_split_wide<P: TargetPolicy, F: SplitFormat>(
-    w0: *const u32,
-    s0: *const u8,
-    y0: *mut f32,
-    rows0: u32,
-    w1: *const u32,
-    s1: *const u8,
-    y1: *mut f32,
-    rows1: u32,
-    w2: *const u32,
-    s2: *const u8,
-    y2: *mut f32,
-    rows2: u32,
-    x: *const f32,
-    norm: *const f32,
-    eps: f32,
-    cols: u32,
-) {
-    let mats = [
-        (w0, s0, y0, rows0),
-        (w1, s1, y1, rows1),
-        (w2, s2, y2, rows2),
-    ]
-    .map(SplitOut::from);
-    let act = Act::Norm(x, norm, eps);
-    unsafe {
-        match P::MATVEC_WIDE_ROWS_PER_WARP {
-            1 => matvec3_rows::<P, F, 1, true>(mats, act, cols),
-            2 => matvec3_rows::<P, F, 2, true>(mats, act, cols),
-            _ => matvec3_rows::<P, F, 4, true>(mats, act, cols),
-        }
-    }
-}
-
-/// A fused mat-vec's input: Q8_1 activations (`xq`, `xds`) or, for the `NORM` instantiations,
-/// the f32 rows, norm weight and epsilon of an RMSNorm the kernel applies itself.
-#[derive(Clone, Copy)]
-enum Act {
-    Q8(*const u32, *const f32),
-    Norm(*const f32, *const f32, f32),
-}
-
-impl Act {
-    /// Token `t`'s activation row as the warps read it: in global memory, or (`Norm`) made in
-    /// shared memory by the whole block (every thread must call). `nb` blocks of 32 per row.
-    #[inline(always)]
-    unsafe fn row<const NORM: bool>(self, t: usize, nb: usize) -> impl Q8Row {
-        let cols = (nb * QK) as u32;
-        let p = match (NORM, self) {
-            (true, Act::Norm(x, w, eps)) => unsafe {
-                rms_norm_q8_shared(x.add(t * nb * QK), w, cols, eps)
-            },
-            (_, Act::Q8(xq, xds)) => unsafe { q8_row(xq, xds, t, nb) },
-            // Not reached: the `NORM` instantiations are handed `Act::Norm`, the others `Q8`.
-            _ => (core::ptr::null(), core::ptr::null()),
-        };
-        Row::<NORM>(p)
-    }
-}
-
-/// An activation row in global memory, or (`NORM`) in the block's shared memory.
-#[derive(Clone, Copy)]
-struct Row<const NORM: bool>((*const u32, *const f32));
-
-impl<const NORM: bool> Q8Row for Row<NORM> {
-    #[inline(always)]
-    unsafe fn block(self, b: usize) -> ([u32; 8], (f32, f32)) {
-        if NORM {
-            unsafe { SharedQ8(self.0.0, self.0.1).block(b) }
-        } else {
-            unsafe { self.0.block(b) }
+            1 => matvec3_rows::<P, F, 1>(mats, xq, xds, cols),
+            2 => matvec3_rows::<P, F, 2>(mats, xq, xds, cols),
+            _ => matvec3_rows::<P, F, 4>(mats, xq, xds, cols),
         }
     }
 }
 
 #[inline(always)]
-unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize, const NORM: bool>(
+unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     mats: [SplitOut; 3],
-    act: Act,
+    xq: *const u32,
+    xds: *const f32,
     cols: u32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     let warps = P::MATVEC_WARPS as usize;
     // Groups of `warps · R` rows, numbered across the three matrices; the matrix a group
     // belongs to is block-uniform, so the whole block takes the same branch.
@@ -604,7 +482,6 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize, const NO
         prefetch_rows::<P, F>(m.qs, m.scales, row0, group_rows, rows, nb);
     }
     pdl_wait::<P>();
-    let x = unsafe { act.row::<NORM>(t, nb) };
     while let Some((m, g)) = pick_matrix(mats, groups, group) {
         let (y, rows) = (m.y, m.rows as usize);
         let row0 = (g as usize * warps + warp_id() as usize) * R;
@@ -641,49 +518,8 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     rows: u32,
     cols: u32,
 ) {
-    let act = Act::Q8(xq, xds);
-    let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-    unsafe { swiglu_with::<P, F, false>(gate_up, act, y, rows, cols) }
-}
-
-/// [`matvec_swiglu_split`] over `RMSNorm(x)·norm` (`x`: `n × cols` f32) instead of Q8_1
-/// activations, each block normalizing its token's row into shared memory first, as
-/// [`matvec3_norm_split_wide`] does. Launch: [`launch::matvec_resident`] over `rows` with
-/// [`norm_shared_bytes`]`(cols)` of shared memory.
-///
-/// [`norm_shared_bytes`]: crate::kernels::norm::norm_shared_bytes
-/// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec_swiglu_norm_split<P: TargetPolicy, F: SplitFormat>(
-    gate_qs: *const u32,
-    gate_scales: *const u8,
-    up_qs: *const u32,
-    up_scales: *const u8,
-    x: *const f32,
-    norm: *const f32,
-    eps: f32,
-    y: *mut f32,
-    rows: u32,
-    cols: u32,
-) {
-    let act = Act::Norm(x, norm, eps);
-    let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-    unsafe { swiglu_with::<P, F, true>(gate_up, act, y, rows, cols) }
-}
-
-/// The dense gate/up + SwiGLU launch over `act` (see [`Act::row`]).
-#[inline(always)]
-unsafe fn swiglu_with<P: TargetPolicy, F: SplitFormat, const NORM: bool>(
-    ((gate_qs, gate_scales), (up_qs, up_scales)): (
-        (*const u32, *const u8),
-        (*const u32, *const u8),
-    ),
-    act: Act,
-    y: *mut f32,
-    rows: u32,
-    cols: u32,
-) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
+    let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
     for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
         let at = (block_idx() as usize + g * grid_dim() as usize) * warps;
@@ -691,7 +527,6 @@ unsafe fn swiglu_with<P: TargetPolicy, F: SplitFormat, const NORM: bool>(
         prefetch_rows::<P, F>(up_qs, up_scales, at, warps, rows, nb);
     }
     pdl_wait::<P>();
-    let x = unsafe { act.row::<NORM>(t, nb) };
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
     unsafe { swiglu_rows::<P, F>(gate, up, x, y.add(t * rows), 0, rows, nb) }
 }
@@ -756,7 +591,7 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
 pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
     gate: (*const u32, *const u8),
     up: (*const u32, *const u8),
-    x: impl Q8Row,
+    x: (*const u32, *const f32),
     y: *mut f32,
     first: usize,
     rows: usize,
@@ -781,7 +616,7 @@ pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
 #[inline(always)]
 unsafe fn swiglu_dot<P: TargetPolicy, F: SplitFormat>(
     (gate, up): ((*const u32, *const u8), (*const u32, *const u8)),
-    x: impl Q8Row,
+    x: (*const u32, *const f32),
     row: usize,
     live: bool,
     nb: usize,

@@ -100,7 +100,6 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(
 ) {
     let row = block_idx() as usize * cols as usize;
     let v = unsafe { load_chunks(x.add(row), cols) };
-    let slice = (grid_dim_y(), block_idx_y());
     unsafe {
         norm_q8_chunks(
             v,
@@ -110,56 +109,15 @@ pub unsafe fn rms_norm_q8<P: TargetPolicy>(
             xds.add(row / 16),
             cols,
             eps,
-            slice,
         )
     }
 }
 
-/// Bytes at the start of dynamic shared memory that the block reduction of the norms uses
-/// (`block_sum_f64`: one f64 per warp).
-pub const NORM_SCRATCH_BYTES: u32 = 256;
-
-/// Dynamic shared memory of a mat-vec that normalizes its own input
-/// ([`rms_norm_q8_shared`]): the reduction's scratch, then `cols` codes and `cols / 32`
-/// (d, d·Σq) pairs.
-pub const fn norm_shared_bytes(cols: u32) -> u32 {
-    NORM_SCRATCH_BYTES + cols + cols / 4
-}
-
-/// Widest row a block of `threads` normalizes in registers (`ROW_CHUNKS` chunks of 4 each).
-pub const fn norm_shared_max_cols(threads: u32) -> u32 {
-    threads * ROW_CHUNKS as u32 * 4
-}
-
-/// The Q8_1 blocks of `RMSNorm(x)·w` (`x` one row of `cols`) in this block's shared memory
-/// (codes, then (d, d·Σq) pairs), bit for bit as [`rms_norm_q8`] writes them: a mat-vec whose
-/// input is a norm computes it in every block (the row is in L2) instead of waiting on a norm
-/// launch. Every thread must call; `cols % 32 == 0`, `cols <= norm_shared_max_cols(block_dim)`,
-/// and the launch gives [`norm_shared_bytes`]`(cols)`.
-#[inline(always)]
-pub(crate) unsafe fn rms_norm_q8_shared(
-    x: *const f32,
-    w: *const f32,
-    cols: u32,
-    eps: f32,
-) -> (*const u32, *const f32) {
-    let base: *mut u8 = shared_mem();
-    let xq = unsafe { base.add(NORM_SCRATCH_BYTES as usize) } as *mut i8;
-    let xds = unsafe { base.add((NORM_SCRATCH_BYTES + cols) as usize) } as *mut f32;
-    let v = unsafe { load_chunks(x, cols) };
-    let out = core::ptr::null_mut();
-    unsafe { norm_q8_chunks(v, w, out, xq, xds, cols, eps, (1, 0)) };
-    sync_threads();
-    (xq as *const u32, xds as *const f32)
-}
-
-/// Normalizes one row held as [`Chunks`] and writes it as f32 (unless `out` is null) and as
-/// Q8_1 blocks; of `slice` = (slices, mine), only chunks `k` with `k mod slices == mine`. A 32-element
+/// Normalizes one row held as [`Chunks`] and writes it as f32 and as Q8_1 blocks. A 32-element
 /// block is the chunks of 8 neighbouring lanes (block_dim is a multiple of 32, so a group never
 /// straddles warps), reduced with 3 butterfly rounds; the arithmetic is
 /// [`quantize_block`](crate::kernels::matvec::quantize_block)'s shared `q8_1_*` steps.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn norm_q8_chunks(
     v: Chunks,
     w: *const f32,
@@ -168,10 +126,9 @@ unsafe fn norm_q8_chunks(
     xds: *mut f32,
     cols: u32,
     eps: f32,
-    (slices, slice): (u32, u32),
 ) {
     // The weights load before the reduction's barriers, so their latency overlaps it.
-    let mine = |k: usize| k as u32 % slices == slice;
+    let mine = |k: usize| k as u32 % grid_dim_y() == block_idx_y();
     let w = unsafe { load_chunks_where(w, cols, mine) };
     let ss: f64 = v.iter().flatten().map(|&a| a as f64 * a as f64).sum();
     let inv = inv_rms_of(unsafe { block_sum_f64(ss, shared_mem()) }, cols, eps);
@@ -195,9 +152,7 @@ unsafe fn norm_q8_chunks(
                 .enumerate()
                 .fold(0u32, |p, (e, &c)| p | ((c as u8 as u32) << (8 * e)));
             unsafe {
-                if !out.is_null() {
-                    st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
-                }
+                st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
                 *(xq.add(at) as *mut u32) = packed;
                 if j % 8 == 0 {
                     (*xds.add(at / 16), *xds.add(at / 16 + 1)) = q8_1_stored(d, sum);
