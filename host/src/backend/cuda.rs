@@ -286,14 +286,15 @@ impl Cuda {
         self
     }
 
-    /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
-    /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
-    /// default mode to float rounding.
     /// Decode attention in one launch for histories up to `positions` (0: never).
     pub fn with_attention_short_max(mut self, positions: usize) -> Self {
         self.attention_short_max = positions;
         self
     }
+
+    /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
+    /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
+    /// default mode to float rounding.
     pub fn with_moe_gemm(mut self, on: bool) -> Self {
         self.moe_gemm = on;
         self
@@ -418,7 +419,7 @@ impl Cuda {
             && mma.shared_bytes <= sh.max_shared_bytes();
         if on_tensor_cores && self.short_history(pos, q.rows) {
             // One launch: a split per KV head over the whole (short) history.
-            let out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
+            let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
             let (xq, xds) = self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?;
             self.gpu.launch(
                 names::kiln_attention_short_mma,
@@ -429,7 +430,6 @@ impl Cuda {
                 ]
                 .concat(),
             )?;
-            let mut out = out;
             out.q8 = Some(Box::new((xq, xds)));
             return Ok(out);
         }

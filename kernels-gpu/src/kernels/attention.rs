@@ -140,6 +140,7 @@ impl SplitBlock {
         if start >= len {
             return None;
         }
+        let (h0, gs) = slice_heads(heads, kv_heads, per_block, kvh, slice);
         Some(SplitBlock {
             t,
             splits,
@@ -147,9 +148,9 @@ impl SplitBlock {
             kvh,
             start,
             end: len.min(start + span),
-            h0: kvh * (heads / kv_heads) + slice * per_block,
+            h0,
             per_block,
-            gs: per_block.min(heads / kv_heads - slice * per_block),
+            gs,
         })
     }
 
@@ -160,6 +161,7 @@ impl SplitBlock {
     pub(crate) unsafe fn whole(pos: *const u32, heads: u32, kv_heads: u32) -> SplitBlock {
         let (per_block, slices) = head_slices(heads, kv_heads);
         let (slice, kvh, t) = (block_idx() % slices, block_idx() / slices, block_idx_y());
+        let (h0, gs) = slice_heads(heads, kv_heads, per_block, kvh, slice);
         SplitBlock {
             t,
             splits: 1,
@@ -167,11 +169,22 @@ impl SplitBlock {
             kvh,
             start: 0,
             end: unsafe { *pos } + t + 1,
-            h0: kvh * (heads / kv_heads) + slice * per_block,
+            h0,
             per_block,
-            gs: per_block.min(heads / kv_heads - slice * per_block),
+            gs,
         }
     }
+}
+
+/// First query head and head count `(h0, gs)` of slice `slice` (of `per_block` heads) of KV
+/// head `kvh`'s group.
+#[inline(always)]
+fn slice_heads(heads: u32, kv_heads: u32, per_block: u32, kvh: u32, slice: u32) -> (u32, u32) {
+    let group = heads / kv_heads;
+    (
+        kvh * group + slice * per_block,
+        per_block.min(group - slice * per_block),
+    )
 }
 
 /// Pass 1: the softmax partials of token `t`'s query heads in one KV head's group (or a slice of

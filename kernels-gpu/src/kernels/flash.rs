@@ -283,8 +283,8 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
     unsafe {
         match head_dim {
-            64 => split_body::<P, 64, 4, 8, false>(a),
-            _ => split_body::<P, 128, 8, 16, false>(a),
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
         }
     }
 }
@@ -294,8 +294,8 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
 /// softmax, so it writes `out` (`n × heads × head_dim` f32) and, unless `xq` is null, its Q8_1
 /// blocks for the output projection, as [`attention_combine`] would from one partial. No
 /// scratch, no second launch: at a few hundred positions the combine's launch cost more than
-/// the split's parallelism saved. The host takes it while the step's last position is below
-/// its threshold (`ATTN_SHORT_MAX`). Launch:
+/// the split's parallelism saved. The host takes it while the step's history is at most
+/// `ATTN_SHORT_MAX` positions. Launch:
 /// [`launch::attention_short_mma`](crate::kernels::launch::attention_short_mma).
 ///
 /// [`attention_combine`]: crate::kernels::attention::attention_combine
@@ -318,14 +318,15 @@ pub unsafe fn attention_short_mma<P: TargetPolicy>(
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
     unsafe {
         match head_dim {
-            64 => split_body::<P, 64, 4, 8, true>(a),
-            _ => split_body::<P, 128, 8, 16, true>(a),
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
         }
     }
 }
 
 /// Where a pass-1 block's merged softmax goes: its split's scratch records, or (one split over
-/// the whole history) the normalized attention output and its Q8_1 blocks.
+/// the whole history, [`SplitBlock::whole`]) the normalized attention output and its Q8_1
+/// blocks. Each entry passes one variant, so the match folds away.
 #[derive(Clone, Copy)]
 enum Sink {
     Records(*mut f32),
@@ -348,25 +349,19 @@ type SplitArgs = (
     f32,
 );
 
-/// `WHOLE`: one split over the whole history (the [`Sink::Output`] form).
 #[inline(always)]
-unsafe fn split_body<
-    P: TargetPolicy,
-    const D: u32,
-    const KS: usize,
-    const ND: usize,
-    const WHOLE: bool,
->(
+unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
     args: SplitArgs,
 ) {
     let (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale) = args;
     // Which token, heads and positions: as `attention_chunks` takes them.
-    let b = if WHOLE {
-        unsafe { SplitBlock::whole(pos, heads, kv_heads) }
-    } else {
-        match unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, D, max_ctx) } {
-            Some(b) => b,
-            None => return, // block-uniform: past the causal end, pass 2 will not read this split
+    let b = match sink {
+        Sink::Output { .. } => unsafe { SplitBlock::whole(pos, heads, kv_heads) },
+        Sink::Records(_) => {
+            match unsafe { SplitBlock::of::<P>(pos, heads, kv_heads, D, max_ctx) } {
+                Some(b) => b,
+                None => return, // block-uniform: past the causal end, pass 2 will not read this split
+            }
         }
     };
     let SplitBlock {
