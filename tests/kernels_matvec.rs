@@ -13,6 +13,10 @@ use common::{Arg, Device, check_err, check_written, download, names, poisoned, u
 use kernels_gpu::entries::families;
 use proptest::prelude::*;
 
+/// The `(ss, ss_parts, eps)` arguments of a mat-vec whose input is already normalized
+/// (`tests/kernels_residual_norm.rs` covers the deferred norm).
+const NO_DEFERRED_NORM: [Arg; 3] = [Arg::Ptr(0), Arg::U32(0), Arg::F32(0.0)];
+
 /// Σ|w·x| per output of [`r::matvec`]: the magnitudes [`r::err_vs_magnitude`] measures against.
 fn matvec_abs(w: &[f64], x: &[f64], rows: usize, cols: usize, n: usize) -> Vec<f64> {
     let abs = |v: &[f64]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
@@ -312,6 +316,7 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         mats.push((gguf, qs_b, sc_b, y_b, rows));
     }
     args.extend([xq_b.arg(), xds_b.arg(), Arg::U32(cols as u32)]);
+    args.extend(NO_DEFERRED_NORM);
     let (sh, many) = (dev.shapes(), u32::MAX / 64);
     let (all, k) = match c.wide {
         false => (
@@ -367,6 +372,9 @@ fn matvec_fused(dev: &mut dyn Device, c: &FusedCase) -> Result<(), TestCaseError
         y_b.arg(),
         Arg::U32(rows as u32),
         Arg::U32(cols as u32),
+        NO_DEFERRED_NORM[0],
+        NO_DEFERRED_NORM[1],
+        NO_DEFERRED_NORM[2],
     ];
     dev.launch(entry(c.fmt, families::MATVEC_SWIGLU), dims, &sargs);
     let y = download::<f32>(dev, &y_b);
@@ -458,7 +466,13 @@ fn matvec_swiglu_q8(dev: &mut dyn Device, c: &SwigluQ8Case) -> Result<(), TestCa
         planes[1].1.arg(),
     ];
     let x_args = [xq_b.arg(), xds_b.arg()];
-    let shape = [Arg::U32(rows as u32), Arg::U32(cols as u32)];
+    let shape = [
+        Arg::U32(rows as u32),
+        Arg::U32(cols as u32),
+        NO_DEFERRED_NORM[0],
+        NO_DEFERRED_NORM[1],
+        NO_DEFERRED_NORM[2],
+    ];
 
     let y0_b = poisoned::<f32>(dev, n * rows, 0xff);
     let dims = dev

@@ -34,6 +34,9 @@ impl TargetPolicy for Hopper {
     // quantize launch, whose short grid lets the down projection's blocks start their weight
     // prefetch early under PDL. KILN_SWIGLU_Q8_ROWS=2/4 turns it back on for an A/B.
     const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 0;
+    // Not yet measured (session 22's A/B): the two norms of a decode layer folded into the
+    // o and down projections before them.
+    const NORM_DEFER_ROWS_PER_WARP: u32 = 2;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

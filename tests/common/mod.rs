@@ -57,6 +57,7 @@ impl Pod for u32 {}
 impl Pod for u16 {}
 impl Pod for u8 {}
 impl Pod for i8 {}
+impl Pod for f64 {}
 
 pub fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
     // SAFETY: Pod types have no padding and every byte is initialized.

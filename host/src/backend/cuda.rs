@@ -17,14 +17,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_Q8, MATVEC_WIDE,
-    MATVEC3, MATVEC3_WIDE,
+    EMBED, FormatEntries, MATVEC, MATVEC_ADD_NORM_Q8, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_Q8,
+    MATVEC_WIDE, MATVEC3, MATVEC3_WIDE,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
 use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 use kernels_gpu::kernels::launch::Dims;
+use kernels_gpu::kernels::residual_norm::MAX_DEFERRED_COLS;
 use kernels_gpu::quant::reblock::{self, ReblockError};
 
 use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
@@ -117,6 +118,10 @@ pub struct Cuda {
     /// `ATTN_SHORT_MAX`; `KILN_ATTN_SHORT_MAX` overrides it, 0 = always split-KV's two
     /// launches: the A/B switch).
     attention_short_max: usize,
+    /// Rows per warp of the residual projection that defers the next norm (the policy's
+    /// `NORM_DEFER_ROWS_PER_WARP`; `KILN_NORM_DEFER_ROWS` overrides it, 0 = a norm launch:
+    /// the A/B switch).
+    norm_defer_rows: u32,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
@@ -134,6 +139,14 @@ impl Cuda {
             })?,
             Err(_) => base.swiglu_q8_rows,
         };
+        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER_ROWS") {
+            Ok(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "KILN_NORM_DEFER_ROWS={v}: expected 1, 2 or 4 rows per warp (0 = off)"
+                )
+            })?,
+            Err(_) => base.norm_defer_rows,
+        };
         let attention_short_max = match std::env::var("KILN_ATTN_SHORT_MAX") {
             Ok(v) => v.parse().map_err(|_| {
                 anyhow::anyhow!("KILN_ATTN_SHORT_MAX={v}: expected a number of positions (0 = off)")
@@ -143,6 +156,7 @@ impl Cuda {
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
+            norm_defer_rows,
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
@@ -165,6 +179,7 @@ impl Cuda {
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
+        let norm_defer_rows = gpu.shapes().norm_defer_rows();
         let steps = Steps {
             buf,
             in_step: false,
@@ -188,6 +203,7 @@ impl Cuda {
             moe_gemm: true,
             swiglu_q8_rows,
             attention_short_max,
+            norm_defer_rows,
             rope_factors: RefCell::default(),
         })
     }
@@ -292,6 +308,13 @@ impl Cuda {
         self
     }
 
+    /// Rows per warp of the residual projection that folds in the next norm (1, 2 or 4; 0:
+    /// never, a norm launch instead).
+    pub fn with_norm_defer_rows(mut self, rows_per_warp: u32) -> Self {
+        self.norm_defer_rows = rows_per_warp;
+        self
+    }
+
     /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
     /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
     /// default mode to float rounding.
@@ -324,6 +347,7 @@ impl Cuda {
             cols,
             pool: self.pool.clone(),
             q8: None,
+            deferred: None,
         })
     }
 
@@ -539,6 +563,7 @@ impl Cuda {
         x: &CudaTensor,
         acc: bool,
     ) -> Result<()> {
+        let x = self.settled(x)?;
         let (k, deep, (qs_words, staged)) = gemm_entries(ty);
         ensure!(
             (1..=3).contains(&ws.len()),
@@ -609,6 +634,7 @@ impl Cuda {
     /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
     /// quantized here.
     fn with_q8<T>(&self, x: &CudaTensor, f: impl FnOnce(Arg, Arg) -> Result<T>) -> Result<T> {
+        let x = self.settled(x)?;
         if let Some(q) = &x.q8 {
             return f(q.0.arg(), q.1.arg());
         }
@@ -626,6 +652,98 @@ impl Cuda {
         )?;
         f(xq.arg(), xds.arg())
     }
+    /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
+    /// gets the `(ss, ss_parts, eps)` arguments (a null `ss` and 0 parts when `x` is finished).
+    fn with_q8_scaled<T>(
+        &self,
+        x: &CudaTensor,
+        f: impl FnOnce(Arg, Arg, [Arg; 3]) -> Result<T>,
+    ) -> Result<T> {
+        match (&x.deferred, &x.q8) {
+            (Some(d), Some(q)) => f(
+                q.0.arg(),
+                q.1.arg(),
+                [d.ss.arg(), Arg::U32(d.parts), Arg::F32(d.eps)],
+            ),
+            _ => self.with_q8(x, |xq, xds| {
+                f(xq, xds, [Arg::Ptr(0), Arg::U32(0), Arg::F32(0.0)])
+            }),
+        }
+    }
+
+    /// `x` itself, or for a deferred norm its finished values (`kiln_norm_settle_q8`: the
+    /// values and their Q8_1 blocks), made at the first call and kept with `x`.
+    fn settled<'a>(&self, x: &'a CudaTensor) -> Result<&'a CudaTensor> {
+        let Some(d) = &x.deferred else {
+            return Ok(x);
+        };
+        if let Some(done) = d.settled.get() {
+            return Ok(done);
+        }
+        let mut out = self.tensor(x.rows, x.cols)?;
+        let (oq, ods) = self.q8_buffers(x.rows, x.cols)?;
+        let dims = self
+            .gpu
+            .shapes()
+            .quantize_q8_1(x.cols as u32, x.rows as u32);
+        let cols = u32_arg(x.cols, "cols")?;
+        self.gpu.launch(
+            names::kiln_norm_settle_q8,
+            dims,
+            &[
+                x.buf().arg(),
+                d.ss.arg(),
+                Arg::U32(d.parts),
+                out.arg(),
+                oq.arg(),
+                ods.arg(),
+                cols,
+                Arg::F32(d.eps),
+            ],
+        )?;
+        out.q8 = Some(Box::new((oq, ods)));
+        Ok(d.settled.get_or_init(|| out))
+    }
+
+    /// The residual projection that leaves the norm after it to its consumers
+    /// (`kiln_matvec_add_norm_q8_*`), when it applies: split weights, a decode-sized batch on
+    /// the Q8_1 mat-vecs, whole 32-row blocks, a norm over the whole row, and a grid of one
+    /// resident wave. Returns the entry, its shape and the norm weight's buffer.
+    fn norm_defer_launch<'w>(
+        &self,
+        x: &CudaTensor,
+        a: &CudaTensor,
+        w: &CudaWeight,
+        norm: &'w CudaWeight,
+    ) -> Option<(&'static str, Dims, &'w DBuf<f32>)> {
+        let (Storage::Split { ty, .. }, Storage::F32(g)) = (&w.storage, &norm.storage) else {
+            return None;
+        };
+        let rows = w.rows;
+        let applies = self.norm_defer_rows > 0
+            && !self.f32_activations
+            && a.rows <= FUSED_MAX_TOKENS
+            && !self.gemm_for(a.rows)
+            && a.deferred.is_none()
+            && a.cols == w.cols
+            && w.cols.is_multiple_of(32)
+            && x.rows == a.rows
+            && x.cols == rows
+            && norm.cols == rows
+            && norm.rows == 1
+            && rows.is_multiple_of(32)
+            && rows <= MAX_DEFERRED_COLS as usize;
+        if !applies {
+            return None;
+        }
+        let k = by_format(*ty, MATVEC_ADD_NORM_Q8);
+        let dims =
+            self.gpu
+                .shapes()
+                .matvec_add_norm_q8(rows as u32, a.rows as u32, self.norm_defer_rows);
+        self.gpu.fits_one_wave(k, dims).then_some((k, dims, g))
+    }
+
     /// The Q8_1-emitting gate/up + SwiGLU launch for `rows` outputs of `n` tokens: the fewest
     /// rows per warp (1, 2, 4, 8, up to `swiglu_q8_rows`) whose `rows / 32` blocks are all
     /// resident at once; `None` (the separate quantize) when none is, or `rows % 32 != 0`.
@@ -663,13 +781,32 @@ pub struct CudaTensor {
     pool: Pool,
     /// The same values as Q8_1 blocks, when the producing kernel emitted them (norms).
     q8: Option<Box<(CudaTensor, CudaTensor)>>,
+    /// A norm output whose `1/rms` is still to be applied: see [`Deferred`].
+    deferred: Option<Box<Deferred>>,
+}
+
+/// A norm output left for its consumers to finish (`kiln_matvec_add_norm_q8_*`): the tensor
+/// holds `x ⊙ g` and its Q8_1 blocks, `ss` the producer's Σx² per 32 columns (`parts` per
+/// row). The q/k/v and gate/up mat-vecs apply `1/rms` to their dot products; any other op
+/// reads the finished values, made once by `Cuda::settled`.
+struct Deferred {
+    ss: CudaTensor,
+    parts: u32,
+    eps: f32,
+    settled: std::cell::OnceCell<CudaTensor>,
 }
 
 impl CudaTensor {
     fn buf(&self) -> &DBuf<f32> {
         self.buf.as_ref().expect("tensor buffer present until drop")
     }
+    /// The values' device address. A deferred norm's buffer holds unfinished values, which
+    /// only `Cuda::settled` and the scale-aware launches may read (they use `buf`).
     fn arg(&self) -> Arg {
+        assert!(
+            self.deferred.is_none(),
+            "internal error: a deferred norm's values read before they were finished"
+        );
         self.buf().arg()
     }
     fn len(&self) -> usize {
@@ -891,10 +1028,12 @@ impl Backend for Cuda {
     }
 
     fn read(&self, x: &CudaTensor) -> Result<Vec<f32>> {
+        let x = self.settled(x)?;
         self.gpu.download_prefix(x.buf(), x.len())
     }
 
     fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
+        let x = self.settled(x)?;
         // Reuses two small buffers: greedy decoding calls this once per token.
         let (sh, cols) = (self.gpu.shapes(), to_u32(x.cols, "argmax width")?);
         let (rows, parts) = (to_u32(x.rows, "argmax rows")?, sh.argmax_parts(cols));
@@ -923,6 +1062,7 @@ impl Backend for Cuda {
     }
 
     fn rows(&self, x: &CudaTensor, start: usize, n: usize) -> Result<CudaTensor> {
+        let x = self.settled(x)?;
         ensure!(
             start + n <= x.rows,
             "rows {start}..{} of a {}-row tensor",
@@ -980,6 +1120,7 @@ impl Backend for Cuda {
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
+        let x = self.settled(x)?;
         ensure!(
             x.cols == w.cols,
             "matmul: activations have {} columns, {} has {}",
@@ -1048,6 +1189,7 @@ impl Backend for Cuda {
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32) -> Result<CudaTensor> {
+        let x = self.settled(x)?;
         let Storage::F32(wd) = &w.storage else {
             bail!("norm weight {} must be f32", w.name)
         };
@@ -1097,6 +1239,7 @@ impl Backend for Cuda {
         pos: usize,
         rope: &Rope,
     ) -> Result<CudaTensor> {
+        let x = self.settled(x)?;
         let Storage::F32(wd) = &w.storage else {
             bail!("norm weight {} must be f32", w.name)
         };
@@ -1160,6 +1303,7 @@ impl Backend for Cuda {
     }
 
     fn swiglu(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
+        let (gate, up) = (self.settled(gate)?, self.settled(up)?);
         ensure!(
             gate.rows == up.rows && gate.cols == up.cols,
             "swiglu: shapes differ"
@@ -1175,6 +1319,7 @@ impl Backend for Cuda {
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        let y = self.settled(y)?;
         ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
         let n = x.len();
         x.q8 = None;
@@ -1336,6 +1481,55 @@ impl Backend for Cuda {
         })
     }
 
+    fn matmul_add_norm(
+        &self,
+        x: &mut CudaTensor,
+        a: &CudaTensor,
+        w: &CudaWeight,
+        norm: &CudaWeight,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        let Some((k, dims, g)) = self.norm_defer_launch(x, a, w, norm) else {
+            self.matmul_add(x, a, w)?;
+            return self.rms_norm(x, norm, eps);
+        };
+        let Storage::Split { qs, scales, .. } = &w.storage else {
+            unreachable!("norm_defer_launch takes split weights only")
+        };
+        let (n, rows) = (x.rows, x.cols);
+        let parts = rows / 32;
+        let mut h = self.tensor(n, rows)?;
+        let (hq, hds) = self.q8_buffers(n, rows)?;
+        // Σx² in f64: two f32 slots per partial.
+        let ss = self.tensor(n, parts * 2)?;
+        x.q8 = None;
+        self.with_q8(a, |aq, ads| {
+            let args = [
+                qs.arg(),
+                scales.arg(),
+                aq,
+                ads,
+                x.arg(),
+                g.arg(),
+                h.arg(),
+                hq.arg(),
+                hds.arg(),
+                ss.arg(),
+                u32_arg(rows, "rows")?,
+                u32_arg(a.cols, "cols")?,
+            ];
+            self.gpu.launch(k, dims, &args)
+        })?;
+        h.q8 = Some(Box::new((hq, hds)));
+        h.deferred = Some(Box::new(Deferred {
+            ss,
+            parts: parts as u32,
+            eps,
+            settled: Default::default(),
+        }));
+        Ok(h)
+    }
+
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
         if ws.len() > 1 && split_parts(ws).is_none() {
             // Mixed formats (a Q4_K_M layer's Q6_K v beside Q4_K q and k): one launch per
@@ -1420,8 +1614,9 @@ impl Backend for Cuda {
             false => sh.matvec_multi(&rows, n, sms),
         };
         let dims = self.gpu.one_wave(k, dims);
-        self.with_q8(x, |xq, xds| {
+        self.with_q8_scaled(x, |xq, xds, scale| {
             args.extend([xq, xds, u32_arg(x.cols, "cols")?]);
+            args.extend(scale);
             self.gpu.launch(k, dims, &args)
         })?;
         Ok(outs)
@@ -1465,7 +1660,7 @@ impl Backend for Cuda {
         if let Some((k, dims)) = self.swiglu_q8_launch(ty, gate.rows, x.rows) {
             // The down projection's Q8_1 blocks come out of this launch: no quantize node.
             let (yq, yds) = self.q8_buffers(x.rows, gate.rows)?;
-            self.with_q8(x, |xq, xds| {
+            self.with_q8_scaled(x, |xq, xds, scale| {
                 let args = [gq.arg(), gs.arg(), uq.arg(), us.arg(), xq, xds, out.arg()];
                 let rest = [
                     yq.arg(),
@@ -1473,7 +1668,8 @@ impl Backend for Cuda {
                     u32_arg(gate.rows, "rows")?,
                     u32_arg(x.cols, "cols")?,
                 ];
-                self.gpu.launch(k, dims, &[&args[..], &rest[..]].concat())
+                self.gpu
+                    .launch(k, dims, &[&args[..], &rest[..], &scale[..]].concat())
             })?;
             out.q8 = Some(Box::new((yq, yds)));
             return Ok(out);
@@ -1485,27 +1681,25 @@ impl Backend for Cuda {
                 .shapes()
                 .matvec_multi(&[gate.rows as u32], x.rows as u32, self.gpu.sm_count()),
         );
-        self.with_q8(x, |xq, xds| {
-            self.gpu.launch(
-                k,
-                dims,
-                &[
-                    gq.arg(),
-                    gs.arg(),
-                    uq.arg(),
-                    us.arg(),
-                    xq,
-                    xds,
-                    out.arg(),
-                    u32_arg(gate.rows, "rows")?,
-                    u32_arg(x.cols, "cols")?,
-                ],
-            )
+        self.with_q8_scaled(x, |xq, xds, scale| {
+            let args = [
+                gq.arg(),
+                gs.arg(),
+                uq.arg(),
+                us.arg(),
+                xq,
+                xds,
+                out.arg(),
+                u32_arg(gate.rows, "rows")?,
+                u32_arg(x.cols, "cols")?,
+            ];
+            self.gpu.launch(k, dims, &[&args[..], &scale[..]].concat())
         })?;
         Ok(out)
     }
 
     fn moe_route(&self, logits: &CudaTensor, m: &Moe) -> Result<CudaTensor> {
+        let logits = self.settled(logits)?;
         moe::route(self, logits, m)
     }
 
@@ -1519,7 +1713,7 @@ impl Backend for Cuda {
         down: &CudaWeight,
         m: &Moe,
     ) -> Result<()> {
-        moe::swiglu_add(self, x, h, route, gate, up, down, m)
+        moe::swiglu_add(self, x, self.settled(h)?, route, gate, up, down, m)
     }
 
     fn step(

@@ -314,6 +314,21 @@ pub trait Backend {
         self.add_assign(x, &y)
     }
 
+    /// `x += a · wᵀ`, then returns `rms_norm(x, norm, eps)` of the new `x`: the projection
+    /// that ends a sub-block and the norm that starts the next. A backend may leave the norm's
+    /// `1/rms` to the projections that read its output, saving the norm a pass of its own.
+    fn matmul_add_norm(
+        &self,
+        x: &mut Self::Tensor,
+        a: &Self::Tensor,
+        w: &Self::Weight,
+        norm: &Self::Weight,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        self.matmul_add(x, a, w)?;
+        self.rms_norm(x, norm, eps)
+    }
+
     /// One forward step over `tokens` at positions `pos..`: `run` issues the ops. A backend that
     /// can record work (CUDA graphs) may record a decode step once and replay the recording
     /// for later steps with the same cache and token count, feeding it the new tokens and

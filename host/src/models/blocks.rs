@@ -102,10 +102,20 @@ impl<B: Backend> SwiGlu<B> {
         })
     }
 
-    /// `x += down(silu(gate(h)) * up(h))`: the feed-forward added into the residual stream.
-    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
+    /// `x += down(silu(gate(h)) * up(h))`: the feed-forward added into the residual stream;
+    /// then `next(x)` when the norm after it is given.
+    pub fn forward_add(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        h: &B::Tensor,
+        next: Option<(&B::Weight, f32)>,
+    ) -> Result<Option<B::Tensor>> {
         let act = b.matmul_swiglu(h, &self.gate, &self.up)?;
-        b.matmul_add(x, &act, &self.down)
+        match next {
+            Some((norm, eps)) => b.matmul_add_norm(x, &act, &self.down, norm, eps).map(Some),
+            None => b.matmul_add(x, &act, &self.down).map(|()| None),
+        }
     }
 }
 
@@ -155,10 +165,20 @@ impl<B: Backend> FeedForward<B> {
         })
     }
 
-    pub fn forward_add(&self, b: &B, x: &mut B::Tensor, h: &B::Tensor) -> Result<()> {
+    /// `x += ffn(h)`, then `next(x)` when the norm after it is given.
+    pub fn forward_add(
+        &self,
+        b: &B,
+        x: &mut B::Tensor,
+        h: &B::Tensor,
+        next: Option<(&B::Weight, f32)>,
+    ) -> Result<Option<B::Tensor>> {
         match self {
-            FeedForward::Dense(f) => f.forward_add(b, x, h),
-            FeedForward::Experts(f) => f.forward_add(b, x, h),
+            FeedForward::Dense(f) => f.forward_add(b, x, h, next),
+            FeedForward::Experts(f) => {
+                f.forward_add(b, x, h)?;
+                next.map(|(norm, eps)| b.rms_norm(x, norm, eps)).transpose()
+            }
         }
     }
 }
@@ -195,17 +215,19 @@ impl<B: Backend> Head<B> {
         b.embed(&self.embd, tokens)
     }
 
-    pub fn logits(&self, b: &B, x: &B::Tensor, c: &Config, which: Logits) -> Result<B::Tensor> {
-        let n = x.rows();
+    /// The vocabulary projection of `h`, the final norm's output (`output_norm`, which the
+    /// last block folds into its last projection).
+    pub fn logits(&self, b: &B, h: &B::Tensor, which: Logits) -> Result<B::Tensor> {
+        let n = h.rows();
         let last;
-        let x = match which {
+        let h = match which {
             Logits::Last if n > 1 => {
-                last = b.rows(x, n - 1, 1)?;
+                last = b.rows(h, n - 1, 1)?;
                 &last
             }
-            _ => x,
+            _ => h,
         };
-        b.matmul(&b.rms_norm(x, &self.norm, c.rms_eps)?, &self.output)
+        b.matmul(h, &self.output)
     }
 }
 
@@ -239,17 +261,22 @@ impl<B: Backend> DecoderBlock<B> {
         })
     }
 
+    /// `x += attn(h)` with `h = attn_norm(x)` given, then `x += ffn(ffn_norm(x))`; returns
+    /// `next(x)` of the new `x` when the norm after the block is given (the next block's
+    /// `attn_norm` or the head's), which a backend may fold into the block's last projection.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         b: &B,
         cache: &mut B::KvCache,
         layer: usize,
         x: &mut B::Tensor,
+        h: &B::Tensor,
         pos: usize,
         c: &Config,
-    ) -> Result<()> {
-        let h = b.rms_norm(x, &self.attn_norm, c.rms_eps)?;
-        let (q, k, v) = self.attn.qkv(b, &h)?;
+        next: Option<&B::Weight>,
+    ) -> Result<Option<B::Tensor>> {
+        let (q, k, v) = self.attn.qkv(b, h)?;
         // The norm weights are head_dim long, so each head is normalized separately.
         let qk_norm = self.qk_norm.as_ref().map(|(qn, kn)| (qn, kn, c.rms_eps));
         let a = b.rope_attention(
@@ -263,9 +290,9 @@ impl<B: Backend> DecoderBlock<B> {
             &c.rope,
             &c.attention(),
         )?;
-        b.matmul_add(x, &a, &self.attn.wo)?;
-        let h = b.rms_norm(x, &self.ffn_norm, c.rms_eps)?;
-        self.ffn.forward_add(b, x, &h)
+        let h = b.matmul_add_norm(x, &a, &self.attn.wo, &self.ffn_norm, c.rms_eps)?;
+        let next = next.map(|norm| (norm, c.rms_eps));
+        self.ffn.forward_add(b, x, &h, next)
     }
 }
 
@@ -315,14 +342,34 @@ impl<B: Backend> Model<B> for Decoder<B> {
         pos: usize,
         logits: Logits,
     ) -> Result<B::Tensor> {
+        let eps = self.cfg.rms_eps;
+        // The norm before block i+1 (or the head) is block i's to fold into its last
+        // projection, unless a control vector changes x between them.
+        let norm_after = |layer: usize| {
+            self.blocks
+                .get(layer + 1)
+                .map_or(&self.head.norm, |next| &next.attn_norm)
+        };
         let mut x = self.head.embed(b, tokens)?;
+        let first = self
+            .blocks
+            .first()
+            .map_or(&self.head.norm, |bl| &bl.attn_norm);
+        let mut h = b.rms_norm(&x, first, eps)?;
         for (layer, block) in self.blocks.iter().enumerate() {
-            block.forward(b, cache, layer, &mut x, pos, &self.cfg)?;
-            if let Some(Some(dir)) = self.steering.get(layer) {
-                b.add_row(&mut x, dir)?;
-            }
+            let steer = self.steering.get(layer).and_then(Option::as_ref);
+            let next = steer.is_none().then(|| norm_after(layer));
+            h = match block.forward(b, cache, layer, &mut x, &h, pos, &self.cfg, next)? {
+                Some(h) => h,
+                None => {
+                    if let Some(dir) = steer {
+                        b.add_row(&mut x, dir)?;
+                    }
+                    b.rms_norm(&x, norm_after(layer), eps)?
+                }
+            };
         }
-        self.head.logits(b, &x, &self.cfg, logits)
+        self.head.logits(b, &h, logits)
     }
 
     fn steer(&mut self, b: &B, directions: &[Option<Vec<f32>>]) -> Result<()> {

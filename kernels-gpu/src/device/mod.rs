@@ -204,12 +204,10 @@ pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
     unsafe { block_reduce(v, scratch, warp_sum, |a, b| a + b, 0.0) }
 }
 
-/// [`block_sum`] in f64; `scratch` holds one f64 per warp. Every thread gets the total.
-///
-/// # Safety
-/// As [`block_sum`], with `block_dim()/32` f64 of scratch.
+/// Sum over the 32 lanes of a warp in f64 (butterfly: every lane gets the total, each f64
+/// crossing lanes as two 32-bit shuffles). All lanes must call.
 #[inline(always)]
-pub unsafe fn block_sum_f64(mut v: f64, scratch: *mut f64) -> f64 {
+pub fn warp_sum_f64(mut v: f64) -> f64 {
     let mut m = WARP / 2;
     while m > 0 {
         let bits = v.to_bits();
@@ -218,6 +216,16 @@ pub unsafe fn block_sum_f64(mut v: f64, scratch: *mut f64) -> f64 {
         v += f64::from_bits(other);
         m /= 2;
     }
+    v
+}
+
+/// [`block_sum`] in f64; `scratch` holds one f64 per warp. Every thread gets the total.
+///
+/// # Safety
+/// As [`block_sum`], with `block_dim()/32` f64 of scratch.
+#[inline(always)]
+pub unsafe fn block_sum_f64(v: f64, scratch: *mut f64) -> f64 {
+    let v = warp_sum_f64(v);
     if lane() == 0 {
         unsafe { *scratch.add(warp_id() as usize) = v };
     }

@@ -84,6 +84,12 @@ pub const fn matvec_swiglu_q8(rows: u32, n: u32, rows_per_warp: u32) -> Dims {
     }
 }
 
+/// `matvec_add_norm_q8`: the same shape as [`matvec_swiglu_q8`], a block per 32 output rows of
+/// each of `n` tokens, `32 / rows_per_warp` warps (`rows_per_warp` 1, 2 or 4).
+pub const fn matvec_add_norm_q8(rows: u32, n: u32, rows_per_warp: u32) -> Dims {
+    matvec_swiglu_q8(rows, n, rows_per_warp)
+}
+
 /// Quantized GEMM (`kernels/mma.rs`) over matrices of `rows[m]` rows each: one block per
 /// `TILE_N` tokens (x) × `TILE_M` rows of one matrix (y), shared memory for `STAGES` stages of
 /// weights with `qs_words` u32 of quants and `staged` u32 of scales per block

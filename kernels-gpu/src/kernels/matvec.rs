@@ -5,6 +5,7 @@
 //! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat, SplitOut, load_side, pick_matrix};
+use crate::kernels::residual_norm::NormScale;
 use policies::TargetPolicy;
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
@@ -220,7 +221,7 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
 /// Mat-vecs call this before [`pdl_wait`]: the weights do not depend on the previous grid, so
 /// under programmatic dependent launch their first bytes arrive while it still finishes.
 #[inline(always)]
-fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
+pub(crate) fn prefetch_rows<P: TargetPolicy, F: SplitFormat>(
     qs: *const u32,
     scales: *const u8,
     row0: usize,
@@ -387,10 +388,19 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     xq: *const u32,
     xds: *const f32,
     cols: u32,
+    ss: *const f64,
+    ss_parts: u32,
+    eps: f32,
 ) {
+    let scale = NormScale {
+        ss,
+        parts: ss_parts,
+        cols,
+        eps,
+    };
     unsafe {
         matvec3_with::<P, F>(
-            1, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols,
+            1, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols, scale,
         )
     }
 }
@@ -416,11 +426,20 @@ pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
     xq: *const u32,
     xds: *const f32,
     cols: u32,
+    ss: *const f64,
+    ss_parts: u32,
+    eps: f32,
 ) {
     let r = P::MATVEC_WIDE_ROWS_PER_WARP;
+    let scale = NormScale {
+        ss,
+        parts: ss_parts,
+        cols,
+        eps,
+    };
     unsafe {
         matvec3_with::<P, F>(
-            r, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols,
+            r, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols, scale,
         )
     }
 }
@@ -446,6 +465,7 @@ unsafe fn matvec3_with<P: TargetPolicy, F: SplitFormat>(
     xq: *const u32,
     xds: *const f32,
     cols: u32,
+    scale: NormScale,
 ) {
     let mats = [
         (w0, s0, y0, rows0),
@@ -455,9 +475,9 @@ unsafe fn matvec3_with<P: TargetPolicy, F: SplitFormat>(
     .map(SplitOut::from);
     unsafe {
         match rows_per_warp {
-            1 => matvec3_rows::<P, F, 1>(mats, xq, xds, cols),
-            2 => matvec3_rows::<P, F, 2>(mats, xq, xds, cols),
-            _ => matvec3_rows::<P, F, 4>(mats, xq, xds, cols),
+            1 => matvec3_rows::<P, F, 1>(mats, xq, xds, cols, scale),
+            2 => matvec3_rows::<P, F, 2>(mats, xq, xds, cols, scale),
+            _ => matvec3_rows::<P, F, 4>(mats, xq, xds, cols, scale),
         }
     }
 }
@@ -468,6 +488,7 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     xq: *const u32,
     xds: *const f32,
     cols: u32,
+    scale: NormScale,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
@@ -482,6 +503,7 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
         prefetch_rows::<P, F>(m.qs, m.scales, row0, group_rows, rows, nb);
     }
     pdl_wait::<P>();
+    let partials = unsafe { scale.start(t) };
     while let Some((m, g)) = pick_matrix(mats, groups, group) {
         let (y, rows) = (m.y, m.rows as usize);
         let row0 = (g as usize * warps + warp_id() as usize) * R;
@@ -492,9 +514,10 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
             live: row0 + r < rows,
         });
         let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, x, nb) };
+        let k = scale.finish(partials);
         for (r, s) in dots.iter().enumerate() {
             if lane() == 0 && w[r].live {
-                unsafe { *y.add(t * rows + row0 + r) = *s };
+                unsafe { *y.add(t * rows + row0 + r) = *s * k };
             }
         }
         group += grid_dim();
@@ -517,10 +540,19 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     y: *mut f32,
     rows: u32,
     cols: u32,
+    ss: *const f64,
+    ss_parts: u32,
+    eps: f32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
+    let scale = NormScale {
+        ss,
+        parts: ss_parts,
+        cols,
+        eps,
+    };
     for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
         let at = (block_idx() as usize + g * grid_dim() as usize) * warps;
         prefetch_rows::<P, F>(gate_qs, gate_scales, at, warps, rows, nb);
@@ -528,7 +560,8 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     }
     pdl_wait::<P>();
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
-    unsafe { swiglu_rows::<P, F>(gate, up, x, y.add(t * rows), 0, rows, nb) }
+    let y = unsafe { y.add(t * rows) };
+    unsafe { swiglu_rows::<P, F>(gate, up, x, y, 0, rows, nb, (scale, t)) }
 }
 
 /// [`matvec_swiglu_split`] that also emits its output as the Q8_1 blocks the down projection
@@ -553,20 +586,32 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
     yds: *mut f32,
     rows: u32,
     cols: u32,
+    ss: *const f64,
+    ss_parts: u32,
+    eps: f32,
 ) {
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, row0) = (rows as usize, block_idx() as usize * QK);
+    let scale = NormScale {
+        ss,
+        parts: ss_parts,
+        cols,
+        eps,
+    };
     prefetch_rows::<P, F>(gate_qs, gate_scales, row0, QK, rows, nb);
     prefetch_rows::<P, F>(up_qs, up_scales, row0, QK, rows, nb);
     pdl_wait::<P>();
+    let partials = unsafe { scale.start(t) };
     let parked: *mut f32 = shared_mem();
     let warps = (block_dim() / WARP) as usize;
     // `r` is warp-uniform, so every lane reaches the warp sums inside `warp_dots`.
     let mut r = warp_id() as usize;
     while r < QK {
         let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-        let v = unsafe { swiglu_dot::<P, F>(gate_up, x, row0 + r, true, nb) };
+        let [g, u] = unsafe { swiglu_dots::<P, F>(gate_up, x, row0 + r, true, nb) };
+        let k = scale.finish(partials);
+        let v = silu(g * k) * (u * k);
         if lane() == 0 {
             unsafe { *parked.add(r) = v };
         }
@@ -585,7 +630,8 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
 
 /// `y[r] = silu(x·G[first + r]) · (x·U[first + r])` for `r < rows`: one row per warp, blocks
 /// striding over groups of `MATVEC_WARPS` rows. `first` selects one expert's rows of stacked
-/// expert matrices (`kernels::moe`); the dense SwiGLU passes 0.
+/// expert matrices (`kernels::moe`); the dense SwiGLU passes 0. `(scale, t)`: the deferred
+/// norm of `x` (token `t`'s partials) the products are scaled by before the SwiGLU.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
@@ -596,13 +642,17 @@ pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
     first: usize,
     rows: usize,
     nb: usize,
+    (scale, t): (NormScale, usize),
 ) {
     let warps = P::MATVEC_WARPS as usize;
+    let partials = unsafe { scale.start(t) };
     let mut group = block_idx() as usize;
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
-        let v = unsafe { swiglu_dot::<P, F>((gate, up), x, first + row, live, nb) };
+        let [g, u] = unsafe { swiglu_dots::<P, F>((gate, up), x, first + row, live, nb) };
+        let k = scale.finish(partials);
+        let v = silu(g * k) * (u * k);
         if lane() == 0 && live {
             unsafe { *y.add(row) = v };
         }
@@ -610,25 +660,24 @@ pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
     }
 }
 
-/// `silu(x·G[row]) · (x·U[row])` (every lane gets it) for the split-layout gate and up
-/// matrices `(qs, scales)`: one warp reduces both rows together, so the two products never
-/// leave registers. `live == false` skips the loads (a padding row). All lanes must call.
+/// `[x·G[row], x·U[row]]` (every lane gets them) for the split-layout gate and up matrices
+/// `(qs, scales)`: one warp reduces both rows together, so the two products never leave
+/// registers. `live == false` skips the loads (a padding row). All lanes must call.
 #[inline(always)]
-unsafe fn swiglu_dot<P: TargetPolicy, F: SplitFormat>(
+unsafe fn swiglu_dots<P: TargetPolicy, F: SplitFormat>(
     (gate, up): ((*const u32, *const u8), (*const u32, *const u8)),
     x: (*const u32, *const f32),
     row: usize,
     live: bool,
     nb: usize,
-) -> f32 {
+) -> [f32; 2] {
     let w = [gate, up].map(|(qs, scales)| WeightRow {
         qs,
         scales,
         row,
         live,
     });
-    let [g, u] = unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) };
-    silu(g) * u
+    unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) }
 }
 
 /// `y` (`n × rows`) = `x` · Wᵀ with W in split layout `F` and `x` f32, not quantized: each

@@ -13,3 +13,4 @@ pub mod matvec;
 pub mod mma;
 pub mod moe;
 pub mod norm;
+pub mod residual_norm;

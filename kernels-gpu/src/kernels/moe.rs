@@ -12,6 +12,7 @@ use crate::kernels::matvec::{
     warp_dots_in_flight, warp_row_sums,
 };
 use crate::kernels::mma::MOE_TILE_WORDS;
+use crate::kernels::residual_norm::NormScale;
 use policies::TargetPolicy;
 
 /// Most experts [`moe_route`] ranks (each lane holds `MOE_MAX_EXPERTS / 32` logits).
@@ -171,7 +172,8 @@ pub unsafe fn moe_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let ((t, e), rows) = (unsafe { slot_expert(route, k, slot) }, rows as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (gate, up) = ((gate_qs, gate_scales), (up_qs, up_scales));
-    unsafe { swiglu_rows::<P, F>(gate, up, x, act.add(slot * rows), e * rows, rows, nb) }
+    let y = unsafe { act.add(slot * rows) };
+    unsafe { swiglu_rows::<P, F>(gate, up, x, y, e * rows, rows, nb, (NormScale::NONE, 0)) }
 }
 
 /// The experts' down projections, mixed into the residual stream: for token `t` (block row)

@@ -47,7 +47,7 @@ unsafe fn inv_rms(x: *const f32, cols: u32, eps: f32) -> f32 {
 /// backends get the same scale bit for bit (an `rsqrt.approx.f32` differed by an ulp or two,
 /// enough to move 8-bit activation codes downstream).
 #[inline(always)]
-fn inv_rms_of(ss: f64, cols: u32, eps: f32) -> f32 {
+pub(crate) fn inv_rms_of(ss: f64, cols: u32, eps: f32) -> f32 {
     (1.0 / sqrt_f64(ss / cols as f64 + eps as f64)) as f32
 }
 
