@@ -22,8 +22,8 @@ struct Case {
     /// The producer's input width in 32-blocks.
     blocks: u32,
     n: u32,
-    /// 2 or 4 (1 is a 1024-thread block, which the larger entries cannot launch on a GPU; the
-    /// host checks occupancy before taking it).
+    /// Of the Q8_1-emitting SwiGLU consumer: 2 or 4 (1 is a 1024-thread block, which its
+    /// entries cannot launch on a GPU; the host checks occupancy before taking it).
     rows_per_warp: u32,
     /// Rows of the consumers' matrices (q/k/v: three; gate/up: the first, twice).
     out_rows: [u32; 3],
@@ -120,9 +120,7 @@ fn deferred_norm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         hds_b.arg(),
         ss_b.arg(),
     ];
-    let dims = dev
-        .shapes()
-        .matvec_add_norm_q8(rows as u32, n as u32, c.rows_per_warp);
+    let dims = dev.shapes().matvec_add_norm_q8(rows as u32, n as u32);
     let args = [&w_args[..], &out[..], &shape[..]].concat();
     dev.launch(entry(c.fmt, families::MATVEC_ADD_NORM_Q8), dims, &args);
     let (x, h) = (download::<f32>(dev, &x_b), download::<f32>(dev, &h_b));

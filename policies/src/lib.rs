@@ -95,11 +95,11 @@ pub trait TargetPolicy: 'static {
     /// host takes the fewest of 1, 2, 4, 8 up to this whose grid is one resident wave, and the
     /// separate quantize otherwise (0: never).
     const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32;
-    /// Rows per warp of the residual projection that defers the next RMSNorm to its consumers
+    /// Decode's residual projections defer the next RMSNorm to its consumers
     /// (`kiln_matvec_add_norm_q8_*`: a block per 32 rows writes `x ⊙ g`, its Q8_1 blocks and
-    /// `Σx²` per block; the q/k/v and gate/up mat-vecs apply `1/rms`), taken where its grid is
-    /// one resident wave; 0: never (a norm launch between them).
-    const NORM_DEFER_ROWS_PER_WARP: u32 = 0;
+    /// `Σx²`; the q/k/v and gate/up mat-vecs apply `1/rms`), where the grid is one resident
+    /// wave; false: a norm launch between them.
+    const NORM_DEFER: bool = false;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -188,7 +188,7 @@ macro_rules! gemm_variant {
             const MATVEC_WIDE_ROWS_PER_WARP: u32 = P::MATVEC_WIDE_ROWS_PER_WARP;
             const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
             const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = P::SWIGLU_Q8_MAX_ROWS_PER_WARP;
-            const NORM_DEFER_ROWS_PER_WARP: u32 = P::NORM_DEFER_ROWS_PER_WARP;
+            const NORM_DEFER: bool = P::NORM_DEFER;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
             const TILE_M: u32 = P::TILE_M;

@@ -27,10 +27,10 @@ pub trait LaunchShapes: Send + Sync {
     fn matvec_swiglu_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims;
     /// The policy's `SWIGLU_Q8_MAX_ROWS_PER_WARP`.
     fn swiglu_q8_max_rows(&self) -> u32;
-    /// The residual projection deferring a norm (`kiln_matvec_add_norm_q8_*`) at `rows_per_warp`.
-    fn matvec_add_norm_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims;
-    /// The policy's `NORM_DEFER_ROWS_PER_WARP`.
-    fn norm_defer_rows(&self) -> u32;
+    /// The residual projection deferring a norm (`kiln_matvec_add_norm_q8_*`).
+    fn matvec_add_norm_q8(&self, rows: u32, n: u32) -> Dims;
+    /// The policy's `NORM_DEFER`.
+    fn norm_defer(&self) -> bool;
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
@@ -134,11 +134,11 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn swiglu_q8_max_rows(&self) -> u32 {
         P::SWIGLU_Q8_MAX_ROWS_PER_WARP
     }
-    fn matvec_add_norm_q8(&self, rows: u32, n: u32, rows_per_warp: u32) -> Dims {
-        launch::matvec_add_norm_q8(rows, n, rows_per_warp)
+    fn matvec_add_norm_q8(&self, rows: u32, n: u32) -> Dims {
+        launch::matvec_add_norm_q8(rows, n)
     }
-    fn norm_defer_rows(&self) -> u32 {
-        P::NORM_DEFER_ROWS_PER_WARP
+    fn norm_defer(&self) -> bool {
+        P::NORM_DEFER
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)

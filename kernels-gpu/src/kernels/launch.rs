@@ -84,10 +84,10 @@ pub const fn matvec_swiglu_q8(rows: u32, n: u32, rows_per_warp: u32) -> Dims {
     }
 }
 
-/// `matvec_add_norm_q8`: the same shape as [`matvec_swiglu_q8`], a block per 32 output rows of
-/// each of `n` tokens, `32 / rows_per_warp` warps (`rows_per_warp` 1, 2 or 4).
-pub const fn matvec_add_norm_q8(rows: u32, n: u32, rows_per_warp: u32) -> Dims {
-    matvec_swiglu_q8(rows, n, rows_per_warp)
+/// `matvec_add_norm_q8`: a block per 32 output rows of each of `n` tokens, two rows per warp
+/// (`residual_norm::ROWS_PER_WARP`), 32 floats of shared memory.
+pub const fn matvec_add_norm_q8(rows: u32, n: u32) -> Dims {
+    matvec_swiglu_q8(rows, n, crate::kernels::residual_norm::ROWS_PER_WARP as u32)
 }
 
 /// Quantized GEMM (`kernels/mma.rs`) over matrices of `rows[m]` rows each: one block per
