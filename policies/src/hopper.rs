@@ -29,16 +29,20 @@ impl TargetPolicy for Hopper {
     // (Q8_0). Gate/up + SwiGLU two rows each: ±1 %, not kept (127–161 registers).
     const MATVEC_WIDE_ROWS_PER_WARP: u32 = 2;
     const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = 2;
-    // Off: measured on an H100 (session 18), the SwiGLU that emits Q8_1 itself lost 7 % on 8B
-    // decode (4 rows per warp, Q4_0 and Q8_0) and 1 % on 0.6B (2 rows) against the separate
+    // At most 2 rows per warp. Measured on an H100: session 18, with 4 allowed, the SwiGLU
+    // that emits Q8_1 itself lost 7 % on 8B decode (Q4_0 and Q8_0) against the separate
     // quantize launch, whose short grid lets the down projection's blocks start their weight
-    // prefetch early under PDL. KILN_SWIGLU_Q8_ROWS=2/4 turns it back on for an A/B.
-    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 0;
+    // prefetch early under PDL. Session 22, with the norms deferred and at most 2 (one resident
+    // wave: taken for 0.6B's 3072 rows, not for 8B's 12288): 0.6B tg128 +3.5 %, 8B unchanged.
+    // KILN_SWIGLU_Q8_ROWS overrides it (0 = the separate quantize).
+    const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = 2;
     // The two norms of a decode layer folded into the o and down projections before them.
-    // Measured on an H100 (session 22), tg128: 0.6B Q4_0 +8.5 %, 8B Q4_0 +2.4 % (8B Q8_0
-    // −0.8 %: the host leaves Q8_0 projections out). Four rows per warp instead of two: +5 %
-    // and −7 %.
+    // Measured on an H100 (session 22), tg128: 0.6B Q4_0 +8.5 %, 30B-A3B +0.4 % (n_embd
+    // 2048); 8B Q4_0 (4096 rows) +2.4 % in one build and −0.7 % in the landed one, so rows
+    // up to 2048 only; 8B Q8_0 −0.8 % (the host leaves Q8_0 projections out). Four rows per
+    // warp instead of two: +5 % and −7 %.
     const NORM_DEFER: bool = true;
+    const NORM_DEFER_MAX_ROWS: u32 = 2048;
     const VECTOR_BYTES: u32 = 16;
 
     type Mma = M16N8K16;

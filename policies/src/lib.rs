@@ -100,6 +100,8 @@ pub trait TargetPolicy: 'static {
     /// `Σx²`; the q/k/v and gate/up mat-vecs apply `1/rms`), where the grid is one resident
     /// wave; false: a norm launch between them.
     const NORM_DEFER: bool = false;
+    /// Widest residual stream (the projection's rows) [`NORM_DEFER`](Self::NORM_DEFER) takes.
+    const NORM_DEFER_MAX_ROWS: u32 = 0;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -189,6 +191,7 @@ macro_rules! gemm_variant {
             const MATVEC_WIDE_MIN_BLOCKS_PER_SM: u32 = P::MATVEC_WIDE_MIN_BLOCKS_PER_SM;
             const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = P::SWIGLU_Q8_MAX_ROWS_PER_WARP;
             const NORM_DEFER: bool = P::NORM_DEFER;
+            const NORM_DEFER_MAX_ROWS: u32 = P::NORM_DEFER_MAX_ROWS;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
             const TILE_M: u32 = P::TILE_M;

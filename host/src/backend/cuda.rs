@@ -717,6 +717,7 @@ impl Cuda {
         // producer's barrier costs more than the launch it saves.
         let applies = self.norm_defer
             && *ty != GgmlType::Q8_0
+            && rows <= self.gpu.shapes().norm_defer_max_rows() as usize
             && !self.f32_activations
             && a.rows <= FUSED_MAX_TOKENS
             && !self.gemm_for(a.rows)

@@ -29,8 +29,9 @@ pub trait LaunchShapes: Send + Sync {
     fn swiglu_q8_max_rows(&self) -> u32;
     /// The residual projection deferring a norm (`kiln_matvec_add_norm_q8_*`).
     fn matvec_add_norm_q8(&self, rows: u32, n: u32) -> Dims;
-    /// The policy's `NORM_DEFER`.
+    /// The policy's `NORM_DEFER` and `NORM_DEFER_MAX_ROWS`.
     fn norm_defer(&self) -> bool;
+    fn norm_defer_max_rows(&self) -> u32;
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
@@ -139,6 +140,9 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn norm_defer(&self) -> bool {
         P::NORM_DEFER
+    }
+    fn norm_defer_max_rows(&self) -> u32 {
+        P::NORM_DEFER_MAX_ROWS
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)
