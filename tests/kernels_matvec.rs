@@ -9,7 +9,7 @@ mod common;
 
 use common::data::{Gen, length, seed};
 use common::reference::{self as r, BlockFormat, QK};
-use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{Arg, Device, check_err, check_written, download, entry, names, poisoned, upload};
 use kernels_gpu::entries::families;
 use proptest::prelude::*;
 
@@ -282,12 +282,6 @@ fn fused_case(fmt: BlockFormat) -> impl Strategy<Value = FusedCase> {
             wide,
             seed,
         })
-}
-
-/// The entry of kernel family `family` (`kernels_gpu::entries::families`) for `fmt`: the
-/// families list the formats in `BlockFormat`'s order.
-fn entry(fmt: BlockFormat, family: families::FormatEntries) -> &'static str {
-    family[fmt as usize]
 }
 
 /// `matvec3_split` (q/k/v in one launch) equals three separate mat-vecs' definition, and

@@ -222,19 +222,6 @@ fn groups(dev: &dyn Device, rows: usize, n: usize, wave: Option<u32>) -> common:
     }
 }
 
-/// Stacked expert weights: GGUF blocks, their split planes on the device.
-fn experts(
-    dev: &mut dyn Device,
-    g: &mut Gen,
-    fmt: BlockFormat,
-    rows: usize,
-    cols: usize,
-) -> (Vec<u8>, common::Buf, common::Buf) {
-    let gguf = g.gguf_blocks(fmt, rows * cols / QK);
-    let (qs, sc) = common::split_planes(fmt, &gguf, rows, cols);
-    (gguf, upload(dev, &qs), upload(dev, &sc))
-}
-
 /// A random route of `n` tokens: `k` distinct experts of `n_expert` each, random weights. The
 /// route tensor (`n × 2k`) and its slots' (expert, weight) in slot order.
 fn random_route(g: &mut Gen, n: usize, n_expert: usize, k: usize) -> (Vec<f32>, Vec<(usize, f32)>) {
@@ -357,8 +344,8 @@ fn moe_ffn(dev: &mut dyn Device, c: &FfnCase) -> Result<(), TestCaseError> {
     let (xq_b, xds_b, xq, xds) = common::quantize_q8_1(dev, &x, cols, n)?;
     let (route, slots) = random_route(&mut g, n, ne, k);
     let route_b = upload(dev, &route);
-    let (gate, gq_b, gs_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
-    let (up, uq_b, us_b) = experts(dev, &mut g, c.fmt, ne * ff, cols);
+    let (gate, gq_b, gs_b) = common::split_weights(dev, &mut g, c.fmt, ne * ff, cols);
+    let (up, uq_b, us_b) = common::split_weights(dev, &mut g, c.fmt, ne * ff, cols);
     let act_b = poisoned::<f32>(dev, n * k * ff, 0xff);
     let order_b = match c.sorted {
         true => Some(sort_slots(dev, &route_b, &slots, k, ne)?.0),
@@ -436,7 +423,7 @@ fn moe_down_part(
     // engine that stores it in f16).
     let a = g.activations(n * k, ff);
     let (aq_b, ads_b, aq, ads) = common::quantize_q8_1(dev, &a, ff, n * k)?;
-    let (down, dq_b, ds_b) = experts(dev, g, c.fmt, ne * rows, ff);
+    let (down, dq_b, ds_b) = common::split_weights(dev, g, c.fmt, ne * rows, ff);
     let x0 = g.normals(n * rows, 1.0);
     let res_b = upload(dev, &x0);
     let (dims_u32, k_arg) = (
@@ -576,7 +563,7 @@ fn moe_gemm(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseError> {
             args.extend([Arg::Ptr(0); 3]);
             continue;
         }
-        let (gguf, qs_b, sc_b) = experts(dev, &mut g, c.fmt, ne * rows, cols);
+        let (gguf, qs_b, sc_b) = common::split_weights(dev, &mut g, c.fmt, ne * rows, cols);
         let y_b = poisoned::<f32>(dev, n * k * rows, 0xff);
         args.extend([qs_b.arg(), sc_b.arg(), y_b.arg()]);
         mats.push((gguf, y_b));
@@ -656,7 +643,7 @@ fn moe_matvec_f32x(dev: &mut dyn Device, c: &GemmCase) -> Result<(), TestCaseErr
     let (route, slots) = random_route(&mut g, n, ne, k);
     let (x_rows, div) = if c.gate_up { (n, k) } else { (n * k, 1) };
     let x = g.activations(x_rows, cols);
-    let (gguf, qs_b, sc_b) = experts(dev, &mut g, c.fmt, ne * rows, cols);
+    let (gguf, qs_b, sc_b) = common::split_weights(dev, &mut g, c.fmt, ne * rows, cols);
     let (route_b, x_b) = (upload(dev, &route), upload(dev, &x));
     let y_b = poisoned::<f32>(dev, n * k * rows, 0xff);
     let args = [

@@ -10,7 +10,9 @@ mod common;
 
 use common::data::{Gen, seed};
 use common::reference::{self as r, BlockFormat, QK};
-use common::{Arg, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{
+    Arg, Device, check_err, check_written, download, entry, names, poisoned, split_weights, upload,
+};
 use kernels_gpu::entries::families;
 use proptest::prelude::*;
 
@@ -63,23 +65,6 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
         )
 }
 
-fn entry(fmt: BlockFormat, family: families::FormatEntries) -> &'static str {
-    family[fmt as usize]
-}
-
-/// Random split weights of `rows × cols`: (GGUF blocks, quants buffer, scales buffer).
-fn weights(
-    dev: &mut dyn Device,
-    g: &mut Gen,
-    fmt: BlockFormat,
-    rows: usize,
-    cols: usize,
-) -> (Vec<u8>, common::Buf, common::Buf) {
-    let gguf = g.gguf_blocks(fmt, rows * cols / QK);
-    let (qs, sc) = common::split_planes(fmt, &gguf, rows, cols);
-    (gguf, upload(dev, &qs), upload(dev, &sc))
-}
-
 fn deferred_norm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (
         32 * c.row_blocks as usize,
@@ -90,7 +75,7 @@ fn deferred_norm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let mut g = Gen::new(c.seed);
     let a = g.activations(n, cols);
     let (aq_b, ads_b, _, _) = common::quantize_q8_1(dev, &a, cols, n)?;
-    let (_, qs_b, sc_b) = weights(dev, &mut g, c.fmt, rows, cols);
+    let (_, qs_b, sc_b) = split_weights(dev, &mut g, c.fmt, rows, cols);
     let x0 = g.activations(n, rows);
     let gamma: Vec<f32> = (0..rows).map(|_| g.uniform(-2.0, 2.0)).collect();
 
@@ -205,7 +190,7 @@ fn consumers(
             args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
             continue;
         }
-        let (gguf, qs_b, sc_b) = weights(dev, g, c.fmt, rows, cols);
+        let (gguf, qs_b, sc_b) = split_weights(dev, g, c.fmt, rows, cols);
         let y_b = poisoned::<f32>(dev, n * rows, 0xff);
         args.extend([qs_b.arg(), sc_b.arg(), y_b.arg(), Arg::U32(rows as u32)]);
         mats.push((gguf, qs_b, sc_b, y_b, rows));
@@ -238,8 +223,8 @@ fn consumers(
     // Gate = the first matrix, up a second of its shape; rows rounded to whole Q8_1 blocks
     // for the emitting form.
     let rows = mats[0].4.next_multiple_of(32);
-    let (gate, gq_b, gs_b) = weights(dev, g, c.fmt, rows, cols);
-    let (up, uq_b, us_b) = weights(dev, g, c.fmt, rows, cols);
+    let (gate, gq_b, gs_b) = split_weights(dev, g, c.fmt, rows, cols);
+    let (up, uq_b, us_b) = split_weights(dev, g, c.fmt, rows, cols);
     let gates = scaled(r::matvec_q8_1(c.fmt, &gate, rows, cols, hq, hds), rows);
     let ups = scaled(r::matvec_q8_1(c.fmt, &up, rows, cols, hq, hds), rows);
     let want: Vec<f64> = gates

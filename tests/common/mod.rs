@@ -286,6 +286,29 @@ pub fn split_planes(
     }
 }
 
+/// Random GGUF blocks of a `rows × cols` matrix in `fmt` and its split planes on the device:
+/// (GGUF blocks, quants buffer, scales buffer).
+pub fn split_weights(
+    dev: &mut dyn Device,
+    g: &mut data::Gen,
+    fmt: reference::BlockFormat,
+    rows: usize,
+    cols: usize,
+) -> (Vec<u8>, Buf, Buf) {
+    let gguf = g.gguf_blocks(fmt, rows * cols / reference::QK);
+    let (qs, sc) = split_planes(fmt, &gguf, rows, cols);
+    (gguf, upload(dev, &qs), upload(dev, &sc))
+}
+
+/// The entry of kernel family `family` (`kernels_gpu::entries::families`) for `fmt`: the
+/// families list the formats in `BlockFormat`'s order.
+pub fn entry(
+    fmt: reference::BlockFormat,
+    family: kernels_gpu::entries::families::FormatEntries,
+) -> &'static str {
+    family[fmt as usize]
+}
+
 /// Fail the case (with the device named) unless `err <= tol`; NaN fails too.
 pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(), TestCaseError> {
     if err <= tol {

@@ -700,15 +700,23 @@ impl Cuda {
     /// The residual projection that leaves the norm after it to its consumers
     /// (`kiln_matvec_add_norm_q8_*`), when it applies: split weights, a decode-sized batch on
     /// the Q8_1 mat-vecs, whole 32-row blocks, a norm over the whole row, and a grid of one
-    /// resident wave. Returns the entry, its shape and the norm weight's buffer.
+    /// resident wave. Returns the entry, its shape, the projection's (quants, scales) and the
+    /// norm weight's buffer.
+    #[allow(clippy::type_complexity)]
     fn norm_defer_launch<'w>(
         &self,
         x: &CudaTensor,
         a: &CudaTensor,
-        w: &CudaWeight,
+        w: &'w CudaWeight,
         norm: &'w CudaWeight,
-    ) -> Option<(&'static str, Dims, &'w DBuf<f32>)> {
-        let (Storage::Split { ty, .. }, Storage::F32(g)) = (&w.storage, &norm.storage) else {
+    ) -> Option<(
+        &'static str,
+        Dims,
+        (&'w DBuf<u8>, &'w DBuf<u8>),
+        &'w DBuf<f32>,
+    )> {
+        let (Storage::Split { ty, qs, scales }, Storage::F32(g)) = (&w.storage, &norm.storage)
+        else {
             return None;
         };
         let rows = w.rows;
@@ -738,7 +746,9 @@ impl Cuda {
             .gpu
             .shapes()
             .matvec_add_norm_q8(rows as u32, a.rows as u32);
-        self.gpu.fits_one_wave(k, dims).then_some((k, dims, g))
+        self.gpu
+            .fits_one_wave(k, dims)
+            .then_some((k, dims, (qs, scales), g))
     }
 
     /// The Q8_1-emitting gate/up + SwiGLU launch for `rows` outputs of `n` tokens: the fewest
@@ -1486,12 +1496,9 @@ impl Backend for Cuda {
         norm: &CudaWeight,
         eps: f32,
     ) -> Result<CudaTensor> {
-        let Some((k, dims, g)) = self.norm_defer_launch(x, a, w, norm) else {
+        let Some((k, dims, (qs, scales), g)) = self.norm_defer_launch(x, a, w, norm) else {
             self.matmul_add(x, a, w)?;
             return self.rms_norm(x, norm, eps);
-        };
-        let Storage::Split { qs, scales, .. } = &w.storage else {
-            unreachable!("norm_defer_launch takes split weights only")
         };
         let (n, rows) = (x.rows, x.cols);
         let parts = rows / 32;

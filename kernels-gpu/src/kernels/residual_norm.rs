@@ -79,8 +79,8 @@ impl NormScale {
 /// deferred RMSNorm of the new `x` with weight `g` (`rows` long): `h = x ⊙ g`, its Q8_1 blocks
 /// (`hq`; `hds` holds d and d·Σq in full f32, as only [`NormScale`] consumers read them) and
 /// `ss[t · rows/32 + b]` = Σx² over rows `32b ..` in f64. A thread block owns 32 rows, so one
-/// Q8_1 block: its warps take `32 / warps` consecutive rows each, park the sums in shared
-/// memory, and after one barrier the first warp finishes the block. Launch with 16 warps. `rows % 32 == 0`,
+/// Q8_1 block: its 16 warps take [`ROWS_PER_WARP`] consecutive rows each, park the sums in
+/// shared memory, and after one barrier the first warp finishes the block. `rows % 32 == 0`,
 /// `rows <= MAX_DEFERRED_COLS`. Launch: [`launch::matvec_add_norm_q8`].
 ///
 /// [`launch::matvec_add_norm_q8`]: crate::kernels::launch::matvec_add_norm_q8
@@ -99,38 +99,7 @@ pub unsafe fn matvec_add_norm_q8<P: TargetPolicy, F: SplitFormat>(
     rows: u32,
     cols: u32,
 ) {
-    let out = Outputs {
-        x,
-        g,
-        h,
-        hq,
-        hds,
-        ss,
-    };
-    unsafe { add_norm_rows::<P, F, ROWS_PER_WARP>(qs, scales, aq, ads, out, rows, cols) }
-}
-
-/// Where [`matvec_add_norm_q8`] writes.
-#[derive(Clone, Copy)]
-struct Outputs {
-    x: *mut f32,
-    g: *const f32,
-    h: *mut f32,
-    hq: *mut i8,
-    hds: *mut f32,
-    ss: *mut f64,
-}
-
-#[inline(always)]
-unsafe fn add_norm_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
-    qs: *const u32,
-    scales: *const u8,
-    aq: *const u32,
-    ads: *const f32,
-    o: Outputs,
-    rows: u32,
-    cols: u32,
-) {
+    const R: usize = ROWS_PER_WARP;
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let a = unsafe { q8_row(aq, ads, t, nb) };
     let (rows, row0) = (rows as usize, block_idx() as usize * QK);
@@ -148,7 +117,7 @@ unsafe fn add_norm_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     if lane() == 0 {
         for (r, d) in dots.iter().enumerate() {
             let at = t * rows + first + r;
-            unsafe { *parked.add(first - row0 + r) = *o.x.add(at) + *d };
+            unsafe { *parked.add(first - row0 + r) = *x.add(at) + *d };
         }
     }
     sync_threads();
@@ -157,18 +126,18 @@ unsafe fn add_norm_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
     }
     let (l, at) = (lane() as usize, t * rows + row0 + lane() as usize);
     let v = unsafe { *parked.add(l) };
-    let u = v * unsafe { *o.g.add(row0 + l) };
+    let u = v * unsafe { *g.add(row0 + l) };
     let (d, id) = q8_1_scale(warp_max(u.abs()));
     let code = q8_1_code(u, id);
     let sum = warp_sum(code as f32);
     let part = warp_sum_f64(v as f64 * v as f64);
     unsafe {
-        *o.x.add(at) = v;
-        *o.h.add(at) = u;
-        *o.hq.add(at) = code as i8;
+        *x.add(at) = v;
+        *h.add(at) = u;
+        *hq.add(at) = code as i8;
         if l == 0 {
-            (*o.hds.add(2 * (at / QK)), *o.hds.add(2 * (at / QK) + 1)) = (d, d * sum);
-            *o.ss.add(t * (rows / QK) + block_idx() as usize) = part;
+            (*hds.add(2 * (at / QK)), *hds.add(2 * (at / QK) + 1)) = (d, d * sum);
+            *ss.add(t * (rows / QK) + block_idx() as usize) = part;
         }
     }
 }
