@@ -118,9 +118,11 @@ pub struct Cuda {
     /// `ATTN_SHORT_MAX`; `KILN_ATTN_SHORT_MAX` overrides it, 0 = always split-KV's two
     /// launches: the A/B switch).
     attention_short_max: usize,
-    /// Decode's residual projections defer the next norm to its consumers (the policy's
-    /// `NORM_DEFER`; `KILN_NORM_DEFER=0` keeps the norm launch: the A/B switch).
-    norm_defer: bool,
+    /// Decode's residual projections defer the next norm to its consumers for residual
+    /// streams up to this many rows (the policy's `NORM_DEFER_MAX_ROWS`, 0 where `NORM_DEFER`
+    /// is off; `KILN_NORM_DEFER=0` keeps the norm launch, `KILN_NORM_DEFER=ROWS` moves the
+    /// limit: the A/B switch).
+    norm_defer_rows: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
 }
@@ -138,7 +140,15 @@ impl Cuda {
             })?,
             Err(_) => base.swiglu_q8_rows,
         };
-        let norm_defer = std::env::var("KILN_NORM_DEFER").map_or(base.norm_defer, |v| v != "0");
+        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER") {
+            Ok(v) => match v.as_str() {
+                "1" => base.gpu.shapes().norm_defer_max_rows() as usize,
+                _ => v.parse().map_err(|_| {
+                    anyhow::anyhow!("KILN_NORM_DEFER={v}: expected 0 (off), 1 (the policy's limit) or a row limit")
+                })?,
+            },
+            Err(_) => base.norm_defer_rows,
+        };
         let attention_short_max = match std::env::var("KILN_ATTN_SHORT_MAX") {
             Ok(v) => v.parse().map_err(|_| {
                 anyhow::anyhow!("KILN_ATTN_SHORT_MAX={v}: expected a number of positions (0 = off)")
@@ -148,7 +158,7 @@ impl Cuda {
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
-            norm_defer,
+            norm_defer_rows,
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
@@ -171,7 +181,11 @@ impl Cuda {
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
-        let norm_defer = gpu.shapes().norm_defer();
+        let norm_defer_rows = if gpu.shapes().norm_defer() {
+            gpu.shapes().norm_defer_max_rows() as usize
+        } else {
+            0
+        };
         let steps = Steps {
             buf,
             in_step: false,
@@ -195,7 +209,7 @@ impl Cuda {
             moe_gemm: true,
             swiglu_q8_rows,
             attention_short_max,
-            norm_defer,
+            norm_defer_rows,
             rope_factors: RefCell::default(),
         })
     }
@@ -303,7 +317,10 @@ impl Cuda {
     /// Whether decode's residual projections leave the next norm to its consumers (off: a
     /// norm launch, which the CPU backend's arithmetic matches to float rounding).
     pub fn with_norm_defer(mut self, on: bool) -> Self {
-        self.norm_defer = on;
+        self.norm_defer_rows = match on {
+            true => self.gpu.shapes().norm_defer_max_rows() as usize,
+            false => 0,
+        };
         self
     }
 
@@ -723,9 +740,8 @@ impl Cuda {
         // Not Q8_0: measured on an H100 (session 22), 8B Q8_0 decode −0.8 % with it. Its
         // mat-vecs hide the norm launch (all small nodes together cost it 3 %), so the 32-row
         // producer's barrier costs more than the launch it saves.
-        let applies = self.norm_defer
-            && *ty != GgmlType::Q8_0
-            && rows <= self.gpu.shapes().norm_defer_max_rows() as usize
+        let applies = *ty != GgmlType::Q8_0
+            && rows <= self.norm_defer_rows
             && !self.f32_activations
             && a.rows <= FUSED_MAX_TOKENS
             && !self.gemm_for(a.rows)
