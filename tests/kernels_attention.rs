@@ -503,3 +503,239 @@ proptest! {
         check::<policies::SparkGb10>(max_ctx, n, hd, at)?;
     }
 }
+
+/// One decode token for the short attention with `rope_store` folded in: GQA groups 1–6 (5
+/// and 6: two slices per KV head, only the first stores the cache row), both head dimensions
+/// the tensor-core kernels take, histories inside one tile round (any policy's: 64 positions),
+/// QK-norm or not, NeoX or interleaved pairs, full or half rotary, RoPE factors or not.
+#[derive(Clone, Debug)]
+struct ShortRopeCase {
+    kv_heads: u32,
+    group: u32,
+    head_dim: u32,
+    pos: u32,
+    norm: bool,
+    neox: bool,
+    partial: bool,
+    factors: bool,
+    seed: u64,
+}
+
+fn short_rope_case() -> impl Strategy<Value = ShortRopeCase> {
+    (
+        (
+            1..=2u32,
+            1..=6u32,
+            prop::sample::select(vec![64u32, 128]),
+            0..64u32,
+        ),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        seed(),
+    )
+        .prop_map(
+            |((kv_heads, group, head_dim, pos), (norm, neox, partial, factors), seed)| {
+                ShortRopeCase {
+                    kv_heads,
+                    group,
+                    head_dim,
+                    pos,
+                    norm,
+                    neox,
+                    partial,
+                    factors,
+                    seed,
+                }
+            },
+        )
+}
+
+/// `attention_short_rope_mma` gives, bit for bit, what `rope_store` then `attention_short_mma`
+/// give: the output, its Q8_1 blocks, and both caches (the new row stored, every other slot as
+/// it was: history or poison).
+fn short_rope(dev: &mut dyn Device, c: &ShortRopeCase) -> Result<(), TestCaseError> {
+    let (kvh, hd) = (c.kv_heads as usize, c.head_dim as usize);
+    let heads = kvh * c.group as usize;
+    let max_ctx = c.pos as usize + 1 + 5;
+    let rot = if c.partial {
+        c.head_dim / 2
+    } else {
+        c.head_dim
+    };
+    let mut g = Gen::new(c.seed);
+    let (q, k, v) = (
+        g.normals(heads * hd, 1.0),
+        g.normals(kvh * hd, 1.0),
+        g.normals(kvh * hd, 1.0),
+    );
+    let (qn, kn): (Vec<f32>, Vec<f32>) = (
+        (0..hd).map(|_| g.normal() + 0.5).collect(),
+        (0..hd).map(|_| g.normal() + 0.5).collect(),
+    );
+    let factors: Vec<f32> = (0..rot / 2).map(|_| g.uniform(1.0, 8.0)).collect();
+    // The history: random f16 at positions before `pos`, poison (NaN) at and after it.
+    let cache = |g: &mut Gen| -> Vec<u16> {
+        (0..kvh * max_ctx * hd)
+            .map(|i| {
+                let p = i / hd % max_ctx;
+                if p < c.pos as usize {
+                    let x = g.normal();
+                    g.f16_bits(x)
+                } else {
+                    0xffff
+                }
+            })
+            .collect()
+    };
+    let (kc0, vc0) = (cache(&mut g), cache(&mut g));
+    let (qb, kb, vb, qnb, knb, fb) = (
+        upload(dev, &q),
+        upload(dev, &k),
+        upload(dev, &v),
+        upload(dev, &qn),
+        upload(dev, &kn),
+        upload(dev, &factors),
+    );
+    let pos = upload(dev, &[c.pos]);
+    let (h32, ctx32) = (heads as u32, max_ctx as u32);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let rope = [
+        Arg::U32(rot),
+        Arg::U32(ctx32),
+        Arg::F32(1e6f32.log2()),
+        if c.factors { fb.arg() } else { Arg::Ptr(0) },
+        Arg::U32(c.neox as u32),
+        Arg::U32(c.norm as u32),
+        Arg::F32(1e-6),
+    ];
+    let outputs = |dev: &mut dyn Device| {
+        (
+            poisoned::<f32>(dev, heads * hd, 0xff),
+            poisoned::<i8>(dev, heads * hd, 0x80),
+            poisoned::<f32>(dev, heads * hd / 16, 0xff),
+        )
+    };
+
+    // The two launches.
+    let (kc, vc) = (upload(dev, &kc0), upload(dev, &vc0));
+    let q_out = poisoned::<f32>(dev, heads * hd, 0xff);
+    dev.launch(
+        names::kiln_rope_store,
+        dev.shapes().rope_store(h32, c.kv_heads, 1),
+        &[&[
+            qb.arg(),
+            kb.arg(),
+            vb.arg(),
+            qnb.arg(),
+            knb.arg(),
+            q_out.arg(),
+            kc.arg(),
+            vc.arg(),
+            Arg::U32(h32),
+            Arg::U32(c.kv_heads),
+            Arg::U32(c.head_dim),
+            rope[0],
+            Arg::U32(ctx32),
+            pos.arg(),
+            rope[2],
+            rope[3],
+            rope[4],
+            rope[5],
+            rope[6],
+        ][..]]
+        .concat(),
+    );
+    let (ob, xq, xds) = outputs(dev);
+    dev.launch(
+        names::kiln_attention_short_mma,
+        dev.shapes()
+            .attention_short_mma(h32, c.kv_heads, c.head_dim, 1),
+        &[
+            q_out.arg(),
+            kc.arg(),
+            vc.arg(),
+            ob.arg(),
+            xq.arg(),
+            xds.arg(),
+            pos.arg(),
+            Arg::U32(h32),
+            Arg::U32(c.kv_heads),
+            Arg::U32(c.head_dim),
+            Arg::U32(ctx32),
+            Arg::F32(scale),
+        ],
+    );
+
+    // The fused launch, on caches with the same history.
+    let (kf, vf) = (upload(dev, &kc0), upload(dev, &vc0));
+    let (of, xqf, xdsf) = outputs(dev);
+    dev.launch(
+        names::kiln_attention_short_rope_mma,
+        dev.shapes()
+            .attention_short_rope_mma(h32, c.kv_heads, c.head_dim),
+        &[
+            &[
+                qb.arg(),
+                kb.arg(),
+                vb.arg(),
+                qnb.arg(),
+                knb.arg(),
+                kf.arg(),
+                vf.arg(),
+                of.arg(),
+                xqf.arg(),
+                xdsf.arg(),
+                pos.arg(),
+                Arg::U32(h32),
+                Arg::U32(c.kv_heads),
+                Arg::U32(c.head_dim),
+            ][..],
+            &rope[..],
+            &[Arg::F32(scale)],
+        ]
+        .concat(),
+    );
+
+    let out = download::<f32>(dev, &of);
+    check_written(dev, "fused short attention", &out)?;
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let label = dev.label();
+    prop_assert!(
+        bits(out) == bits(download::<f32>(dev, &ob)),
+        "{}: outputs differ",
+        label
+    );
+    prop_assert!(
+        download::<i8>(dev, &xqf) == download::<i8>(dev, &xq),
+        "{}: Q8_1 codes differ",
+        label
+    );
+    prop_assert!(
+        bits(download::<f32>(dev, &xdsf)) == bits(download::<f32>(dev, &xds)),
+        "{}: Q8_1 scales differ",
+        label
+    );
+    prop_assert!(
+        download::<u16>(dev, &kf) == download::<u16>(dev, &kc),
+        "{}: key caches differ",
+        label
+    );
+    prop_assert!(
+        download::<u16>(dev, &vf) == download::<u16>(dev, &vc),
+        "{}: value caches differ",
+        label
+    );
+    // The new row really was stored (not left as poison by both paths).
+    let row = |p: usize| (p * hd)..(p * hd + hd);
+    prop_assert!(
+        download::<u16>(dev, &kf)[row(c.pos as usize)]
+            .iter()
+            .all(|&h| h != 0xffff),
+        "{}: the new key row was not stored",
+        label
+    );
+    Ok(())
+}
+
+kernel_properties! {
+    host_attention_short_rope, gpu_attention_short_rope: short_rope_case() => short_rope;
+}

@@ -271,6 +271,7 @@ kernel_table! {
     kiln_attention_chunks = attention::attention_chunks [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
     kiln_attention_chunks_mma = flash::attention_chunks_mma [] (q: *const f32, k: *const u16, v: *const u16, part: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
     kiln_attention_short_mma = flash::attention_short_mma [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, xq: *mut i8, xds: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
+    kiln_attention_short_rope_mma = flash::attention_short_rope_mma [] (q: *const f32, k: *const f32, v: *const f32, q_norm: *const f32, k_norm: *const f32, k_cache: *mut u16, v_cache: *mut u16, out: *mut f32, xq: *mut i8, xds: *mut f32, pos: *const u32, heads: u32, kv_heads: u32, head_dim: u32, rot_dim: u32, max_ctx: u32, log2_base: f32, factors: *const f32, neox: u32, norm: u32, eps: f32, scale: f32) waits_itself;
     kiln_attention_combine = attention::attention_combine [] (part: *const f32, out: *mut f32, xq: *mut i8, xds: *mut f32, pos: *const u32, heads: u32, head_dim: u32, max_ctx: u32);
     kiln_flash_prefill = flash::flash_prefill [] (q: *const f32, k: *const u16, v: *const u16, out: *mut f32, pos: *const u32, n: u32, heads: u32, kv_heads: u32, head_dim: u32, max_ctx: u32, scale: f32);
 }

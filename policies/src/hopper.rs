@@ -87,5 +87,8 @@ impl TargetPolicy for Hopper {
     // on 0.6B Q4_0, +0.9 % on 8B; histories of 257–384 (three rounds) were 11 % / 6 % slower
     // than split-KV's two launches, so longer ones keep them.
     const ATTN_SHORT_MAX: u32 = 128;
+    // Predicted +3–5 % on 0.6B decode, +1 % on 8B (session 21's probe: rope_store ~0.8 / 1.1
+    // µs per layer in the replayed graph); not yet measured.
+    const ATTN_SHORT_ROPE: bool = true;
     const KV_POSITION_MAJOR: bool = false;
 }

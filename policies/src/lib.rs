@@ -158,6 +158,10 @@ pub trait TargetPolicy: 'static {
     /// combine) instead of split-KV's two; 0: never. Short histories leave the splits little to
     /// read, and the second launch's dependency then costs more than their parallelism saves.
     const ATTN_SHORT_MAX: u32 = 0;
+    /// Decode of one token with a short history folds `rope_store` (QK-norm, RoPE, the KV
+    /// store) into the one-launch attention (`kiln_attention_short_rope_mma`), where that
+    /// history fits one tile round: one launch fewer per layer.
+    const ATTN_SHORT_ROPE: bool = false;
     /// KV cache rows position-major (`max_ctx × kv_heads × head_dim` per layer, llama.cpp's
     /// order) instead of head-major (`kv_heads × max_ctx × head_dim`): at a short context the
     /// rows a decode step reads then share a few pages instead of one page per head. Every
@@ -213,6 +217,7 @@ macro_rules! gemm_variant {
             const ATTN_MIN_SPAN: u32 = P::ATTN_MIN_SPAN;
             const ATTN_MAX_PARTIALS: u32 = P::ATTN_MAX_PARTIALS;
             const ATTN_SHORT_MAX: u32 = P::ATTN_SHORT_MAX;
+            const ATTN_SHORT_ROPE: bool = P::ATTN_SHORT_ROPE;
             const KV_POSITION_MAJOR: bool = P::KV_POSITION_MAJOR;
         }
     };

@@ -118,6 +118,10 @@ pub struct Cuda {
     /// `ATTN_SHORT_MAX`; `KILN_ATTN_SHORT_MAX` overrides it, 0 = always split-KV's two
     /// launches: the A/B switch).
     attention_short_max: usize,
+    /// One-token decode over a short history folds `rope_store` into the one-launch attention
+    /// where the policy takes it (`ATTN_SHORT_ROPE`); `KILN_ATTN_SHORT_ROPE=0` keeps the two
+    /// launches (the A/B switch).
+    attention_short_rope: bool,
     /// Decode's residual projections defer the next norm to its consumers for residual
     /// streams up to this many rows (the policy's `NORM_DEFER_MAX_ROWS`, 0 where `NORM_DEFER`
     /// is off; `KILN_NORM_DEFER=0` keeps the norm launch, `KILN_NORM_DEFER=ROWS` moves the
@@ -159,6 +163,7 @@ impl Cuda {
             swiglu_q8_rows,
             attention_short_max,
             norm_defer_rows,
+            attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
@@ -209,6 +214,7 @@ impl Cuda {
             moe_gemm: true,
             swiglu_q8_rows,
             attention_short_max,
+            attention_short_rope: true,
             norm_defer_rows,
             rope_factors: RefCell::default(),
         })
@@ -311,6 +317,13 @@ impl Cuda {
     /// Decode attention in one launch for histories up to `positions` (0: never).
     pub fn with_attention_short_max(mut self, positions: usize) -> Self {
         self.attention_short_max = positions;
+        self
+    }
+
+    /// Whether one-token decode over a short history may fold `rope_store` into the
+    /// one-launch attention (where the policy takes it): the same bits either way.
+    pub fn with_attention_short_rope(mut self, on: bool) -> Self {
+        self.attention_short_rope = on;
         self
     }
 
@@ -444,12 +457,8 @@ impl Cuda {
             )?;
             return Ok(out);
         }
-        // Pass 1 on tensor cores where the f16 operands are acceptable (as for prefill).
         let mma = sh.attention_chunks_mma(heads, kv_heads, head_dim, tokens, max_ctx);
-        let on_tensor_cores = self.attention_mma
-            && flash::flash_supports(head_dim)
-            && !self.f32_activations
-            && mma.shared_bytes <= sh.max_shared_bytes();
+        let on_tensor_cores = self.decode_attention_mma(head_dim, mma);
         if on_tensor_cores && self.short_history(pos, q.rows) {
             // One launch: a split per KV head over the whole (short) history.
             let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
@@ -506,6 +515,42 @@ impl Cuda {
         )?;
         out.q8 = q8.map(Box::new);
         Ok(out)
+    }
+
+    /// Whether split-KV pass 1 (of launch `dims`) runs on tensor cores: where the f16 operands
+    /// are acceptable (as for prefill).
+    fn decode_attention_mma(&self, head_dim: u32, dims: Dims) -> bool {
+        self.attention_mma
+            && flash::flash_supports(head_dim)
+            && !self.f32_activations
+            && dims.shared_bytes <= self.gpu.shapes().max_shared_bytes()
+    }
+
+    /// The launch of the one-launch attention with `rope_store` folded in, if a step of `n`
+    /// tokens from `pos` takes it.
+    fn short_rope_dims(
+        &self,
+        n: usize,
+        pos: usize,
+        attn: &Attention,
+        max_ctx: u32,
+    ) -> Result<Option<Dims>> {
+        let sh = self.gpu.shapes();
+        let (heads, kv_heads, head_dim) = (
+            to_u32(attn.n_head, "heads")?,
+            to_u32(attn.n_kv_head, "kv heads")?,
+            to_u32(attn.head_dim, "head_dim")?,
+        );
+        if !self.attention_short_rope || n != 1 || !self.short_history(pos, n) {
+            return Ok(None);
+        }
+        let mma = sh.attention_chunks_mma(heads, kv_heads, head_dim, 1, max_ctx);
+        let short_max = u32::try_from(self.attention_short_max).unwrap_or(u32::MAX);
+        let dims = sh.attention_short_rope_mma(heads, kv_heads, head_dim);
+        let takes = sh.attention_short_rope(short_max)
+            && self.decode_attention_mma(head_dim, mma)
+            && dims.shared_bytes <= sh.max_shared_bytes();
+        Ok(takes.then_some(dims))
     }
 
     /// Whether a step of `n` tokens from position `pos` attends a history short enough for the
@@ -1440,8 +1485,49 @@ impl Backend for Cuda {
             to_u32(attn.n_head, "heads")?,
             to_u32(attn.n_kv_head, "kv heads")?,
         );
-        let q_out = self.tensor(q.rows, q.cols)?;
         let (qw, kw) = norms.unwrap_or((Arg::Ptr(0), Arg::Ptr(0)));
+        let ctx = to_u32(spec.max_seq, "context")?;
+        let rope_args = [
+            u32_arg(rope.rot_dim, "rot_dim")?,
+            Arg::U32(ctx),
+            Arg::F32(rope.freq_base.log2()),
+            self.rope_factors_arg(rope)?,
+            Arg::U32(u32::from(rope.style == RopeStyle::Neox)),
+            Arg::U32(u32::from(norms.is_some())),
+            Arg::F32(eps),
+        ];
+        if let Some(dims) = self.short_rope_dims(q.rows, pos, attn, ctx)? {
+            let mut out = self.tensor(q.rows, attn.n_head * attn.head_dim)?;
+            let (xq, xds) = self.q8_buffers(q.rows, attn.n_head * attn.head_dim)?;
+            self.gpu.launch(
+                names::kiln_attention_short_rope_mma,
+                dims,
+                &[
+                    &[
+                        q.arg(),
+                        k.arg(),
+                        v.arg(),
+                        qw,
+                        kw,
+                        cache.k[layer].arg(),
+                        cache.v[layer].arg(),
+                        out.arg(),
+                        xq.arg(),
+                        xds.arg(),
+                        pos_d,
+                        Arg::U32(heads),
+                        Arg::U32(kv_heads),
+                        u32_arg(rope.head_dim, "head_dim")?,
+                    ][..],
+                    &rope_args[..],
+                    &[Arg::F32(attn.scale)],
+                ]
+                .concat(),
+            )?;
+            out.q8 = Some(Box::new((xq, xds)));
+            return Ok(out);
+        }
+        let q_out = self.tensor(q.rows, q.cols)?;
         self.gpu.launch(
             names::kiln_rope_store,
             self.gpu

@@ -97,6 +97,11 @@ pub trait LaunchShapes: Send + Sync {
     /// Longest history (positions, the step's own included) the one-launch short attention
     /// takes ([`policies::TargetPolicy::ATTN_SHORT_MAX`]).
     fn attention_short_max(&self) -> u32;
+    /// The one-launch attention with `rope_store` folded in (one token).
+    fn attention_short_rope_mma(&self, heads: u32, kv_heads: u32, head_dim: u32) -> Dims;
+    /// Whether the policy takes it (`ATTN_SHORT_ROPE`) for short histories of up to
+    /// `short_max` positions: only where those are one tile round.
+    fn attention_short_rope(&self, short_max: u32) -> bool;
     /// f32 scratch between the two attention passes.
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
     /// Tensor-core prefill attention.
@@ -234,6 +239,12 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn attention_short_max(&self) -> u32 {
         P::ATTN_SHORT_MAX
+    }
+    fn attention_short_rope_mma(&self, heads: u32, kv_heads: u32, head_dim: u32) -> Dims {
+        launch::attention_short_rope_mma::<P>(heads, kv_heads, head_dim)
+    }
+    fn attention_short_rope(&self, short_max: u32) -> bool {
+        P::ATTN_SHORT_ROPE && short_max <= kernels_gpu::kernels::flash::split_tile::<P>()
     }
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
         launch::attention_scratch::<P>(heads, head_dim, n_tokens, max_ctx)

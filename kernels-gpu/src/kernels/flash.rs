@@ -18,6 +18,7 @@ use crate::kernels::attention::{
     STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
 };
 use crate::kernels::matvec::quantize_block;
+use crate::kernels::norm::{HeadRope, Team, norm_rope_head};
 use policies::TargetPolicy;
 
 /// Query tokens per block: 16 per warp.
@@ -257,6 +258,12 @@ pub const fn split_smem_bytes<P: TargetPolicy>(per_block: u32, head_dim: u32) ->
         + merge_floats(P::ATTN_WARPS, per_block, head_dim) * 4
 }
 
+/// Dynamic shared memory of [`attention_short_rope_mma`]: [`split_smem_bytes`], then the
+/// block's normalized, rotated query rows (f32).
+pub const fn short_rope_smem_bytes<P: TargetPolicy>(per_block: u32, head_dim: u32) -> u32 {
+    split_smem_bytes::<P>(per_block, head_dim) + per_block * head_dim * 4
+}
+
 /// Split-KV pass 1 on tensor cores: the partials [`attention_chunks`] writes (same grid, same
 /// records, merged by [`attention_combine`]), for [`flash_supports`]`(head_dim)`. The block
 /// copies its split's K/V rows into shared memory (`cp.async`, all in flight at once); warp
@@ -280,7 +287,7 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
     scale: f32,
 ) {
     let sink = Sink::Records(part);
-    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
+    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
     unsafe {
         match head_dim {
             64 => split_body::<P, 64, 4, 8>(a),
@@ -315,13 +322,100 @@ pub unsafe fn attention_short_mma<P: TargetPolicy>(
     scale: f32,
 ) {
     let sink = Sink::Output { out, xq, xds };
-    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale);
+    let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
     unsafe {
         match head_dim {
             64 => split_body::<P, 64, 4, 8>(a),
             _ => split_body::<P, 128, 8, 16>(a),
         }
     }
+}
+
+/// [`attention_short_mma`] for one token (decode) with `rope_store`'s work folded in, one
+/// launch fewer per layer: each block normalizes (QK-norm, when `norm != 0`) and rotates its own
+/// query heads from the projection `q`, and the key and value row of the new position from
+/// `k`, `v`; writes that row into its K/V tiles and (the KV head's first slice) into the caches;
+/// and reads the history from the caches. One warp per head row ([`Team::Warp`]), the same
+/// arithmetic as `rope_store`, so the outputs and the caches are the two launches' bits.
+/// Before waiting for the previous grid (PDL) a block already has the history's rows in flight:
+/// earlier steps wrote them, and the previous grid does not touch the cache.
+///
+/// The host launches it only where the whole history fits one tile round
+/// ([`split_tile`] positions, the new one included). Launch:
+/// [`launch::attention_short_rope_mma`](crate::kernels::launch::attention_short_rope_mma).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn attention_short_rope_mma<P: TargetPolicy>(
+    q: *const f32,
+    k: *const f32,
+    v: *const f32,
+    q_norm: *const f32,
+    k_norm: *const f32,
+    k_cache: *mut u16,
+    v_cache: *mut u16,
+    out: *mut f32,
+    xq: *mut i8,
+    xds: *mut f32,
+    pos: *const u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    rot_dim: u32,
+    max_ctx: u32,
+    log2_base: f32,
+    factors: *const f32,
+    neox: u32,
+    norm: u32,
+    eps: f32,
+    scale: f32,
+) {
+    let sink = Sink::Output { out, xq, xds };
+    let fresh = Fresh {
+        k,
+        v,
+        q_norm: if norm != 0 { q_norm } else { core::ptr::null() },
+        k_norm: if norm != 0 { k_norm } else { core::ptr::null() },
+        k_cache,
+        v_cache,
+        rope: HeadRope {
+            rot_dim,
+            log2_base,
+            factors,
+            neox,
+        },
+        eps,
+    };
+    let a = (
+        q,
+        k_cache as *const u16,
+        v_cache as *const u16,
+        sink,
+        pos,
+        heads,
+        kv_heads,
+        max_ctx,
+        scale,
+        Some(fresh),
+    );
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
+}
+
+/// The new position's inputs and where they go, for [`attention_short_rope_mma`]: `k`, `v` the
+/// projections of the step's token; QK-norm weights (null: no norm); the caches to store into.
+#[derive(Clone, Copy)]
+struct Fresh {
+    k: *const f32,
+    v: *const f32,
+    q_norm: *const f32,
+    k_norm: *const f32,
+    k_cache: *mut u16,
+    v_cache: *mut u16,
+    rope: HeadRope,
+    eps: f32,
 }
 
 /// Where a pass-1 block's merged softmax goes: its split's scratch records, or (one split over
@@ -347,13 +441,14 @@ type SplitArgs = (
     u32,
     u32,
     f32,
+    Option<Fresh>,
 );
 
 #[inline(always)]
 unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: usize>(
     args: SplitArgs,
 ) {
-    let (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale) = args;
+    let (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, fresh) = args;
     // Which token, heads and positions: as `attention_chunks` takes them.
     let b = match sink {
         Sink::Output { .. } => unsafe { SplitBlock::whole(pos, heads, kv_heads) },
@@ -376,27 +471,38 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
         gs,
     } = b;
     let (g, tq) = (lane() / 4, lane() % 4);
-    // Q as A fragments, pre-scaled into the exp2 domain: row g is head h0 + g (zero past the
-    // block's heads), rows g + 8 are zero (a block has at most `MAX_GROUP` < 8 heads).
-    let qv = |d: u32| {
-        let x = if g < gs {
-            unsafe { *q.add(((t * heads + h0 + g) * D + d) as usize) }
-        } else {
-            0.0
+    // Q as A fragments, pre-scaled into the exp2 domain: row g is head h0 + g, its row at
+    // `rows + g·D` (zero past the block's heads), rows g + 8 are zero (a block has at most
+    // `MAX_GROUP` < 8 heads).
+    let q_fragments = |rows: *const f32| {
+        let qv = |d: u32| {
+            let x = if g < gs {
+                unsafe { *rows.add((g * D + d) as usize) }
+            } else {
+                0.0
+            };
+            x * scale * core::f32::consts::LOG2_E
         };
-        x * scale * core::f32::consts::LOG2_E
+        let mut qa = [[0u32; 4]; KS];
+        unroll::<KS>(|ks| {
+            let d = 16 * ks as u32 + 2 * tq;
+            qa[ks] = [pack(qv(d), qv(d + 1)), 0, pack(qv(d + 8), qv(d + 9)), 0];
+        });
+        qa
     };
-    let mut qa = [[0u32; 4]; KS];
-    unroll::<KS>(|ks| {
-        let d = 16 * ks as u32 + 2 * tq;
-        qa[ks] = [pack(qv(d), qv(d + 1)), 0, pack(qv(d + 8), qv(d + 9)), 0];
-    });
+    let q_rows = unsafe { q.add(((t * heads + h0) * D) as usize) };
+    // With `fresh`, the block makes its query rows itself (below), after the PDL wait.
+    let mut qa = match fresh {
+        None => q_fragments(q_rows),
+        Some(_) => [[0u32; 4]; KS],
+    };
 
     let stride = D + PAD;
     let ks_mem: *mut u16 = shared_mem();
     let tile = split_tile::<P>();
     let vs_mem = unsafe { ks_mem.add((tile * stride) as usize) };
     let recs = unsafe { vs_mem.add((tile * stride) as usize) } as *mut f32;
+    let fresh_q = unsafe { recs.add(merge_floats(P::ATTN_WARPS, per_block, D) as usize) };
     let mut o = [[0f32; 4]; ND];
     // Row g's running max and this lane's share of its exp-sum.
     let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
@@ -411,13 +517,16 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             let (row, col) = (c / (D / 8), c % (D / 8) * 8);
             let dst = (row * stride + col) as usize;
             let (kd, vd) = unsafe { (ks_mem.add(dst) as *mut u32, vs_mem.add(dst) as *mut u32) };
-            if row < here {
+            // With `fresh` the new position's row is not in the cache yet: `fresh_rows` makes
+            // it in place.
+            let made_here = fresh.is_some() && base + row == end - 1;
+            if row < here && !made_here {
                 let src = (kv_row::<P>(kvh, base + row, kv_heads, max_ctx) * D + col) as usize;
                 unsafe {
                     cp_async_16(kd, k.add(src) as *const u32);
                     cp_async_16(vd, v.add(src) as *const u32);
                 }
-            } else {
+            } else if row >= here {
                 unsafe {
                     *(kd as *mut [u32; 4]) = [0; 4];
                     *(vd as *mut [u32; 4]) = [0; 4];
@@ -426,8 +535,27 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             c += block_dim();
         }
         cp_async_commit();
+        if let Some(f) = fresh {
+            // One round (the host's condition), so this runs once, with the history in flight.
+            pdl_wait::<P>();
+            let row = ((end - 1 - base) * stride) as usize;
+            let slice0 = h0 % (heads / kv_heads) == 0;
+            unsafe {
+                fresh_rows::<P>(
+                    f,
+                    q_rows,
+                    fresh_q,
+                    (ks_mem.add(row), vs_mem.add(row)),
+                    (t, kvh, kv_heads, gs, D, max_ctx, end - 1),
+                    slice0,
+                )
+            };
+        }
         cp_async_wait(0);
         sync_threads();
+        if fresh.is_some() {
+            qa = q_fragments(fresh_q);
+        }
 
         let mut sub = 16 * warp_id();
         while sub < here {
@@ -534,4 +662,68 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             },
         )
     };
+}
+
+/// [`attention_short_rope_mma`]'s prologue: warp `w` takes head rows `w, w + warps, ...` of the
+/// `gs` query heads (normed and rotated into `q_out`, `gs × D` f32), the key row (normed and
+/// rotated) and the value row (copied), the last two as f16 into the block's tile rows `kv_row`
+/// and, with `store`, into the caches at position `p`. `at` = (token, KV head, KV heads, `gs`,
+/// head_dim `D`, cache length, `p`).
+#[inline(always)]
+unsafe fn fresh_rows<P: TargetPolicy>(
+    f: Fresh,
+    q_rows: *const f32,
+    q_out: *mut f32,
+    kv_row_smem: (*mut u16, *mut u16),
+    at: (u32, u32, u32, u32, u32, u32, u32),
+    store: bool,
+) {
+    let (t, kvh, kv_heads, gs, d, max_ctx, p) = at;
+    let cache_row = (kv_row::<P>(kvh, p, kv_heads, max_ctx) * d) as usize;
+    let src_row = ((t * kv_heads + kvh) * d) as usize;
+    let mut item = warp_id();
+    while item < gs + 2 {
+        if item < gs {
+            let (x, out) = unsafe {
+                (
+                    q_rows.add((item * d) as usize),
+                    q_out.add((item * d) as usize),
+                )
+            };
+            unsafe {
+                norm_rope_head(
+                    Team::Warp,
+                    x,
+                    d,
+                    f.q_norm,
+                    f.eps,
+                    p,
+                    Some(f.rope),
+                    |c, y| *out.add(c as usize) = y,
+                )
+            };
+        } else {
+            let is_v = item == gs + 1;
+            let (x, w, rope) = if is_v {
+                (f.v, core::ptr::null(), None)
+            } else {
+                (f.k, f.k_norm, Some(f.rope))
+            };
+            let (tile_row, cache) = if is_v {
+                (kv_row_smem.1, f.v_cache)
+            } else {
+                (kv_row_smem.0, f.k_cache)
+            };
+            unsafe {
+                norm_rope_head(Team::Warp, x.add(src_row), d, w, f.eps, p, rope, |c, y| {
+                    let h = f32_to_f16(y);
+                    *tile_row.add(c as usize) = h;
+                    if store {
+                        *cache.add(cache_row + c as usize) = h;
+                    }
+                })
+            };
+        }
+        item += P::ATTN_WARPS;
+    }
 }

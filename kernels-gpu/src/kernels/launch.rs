@@ -324,6 +324,20 @@ pub const fn attention_short_mma<P: TargetPolicy>(
     }
 }
 
+/// [`attention_short_mma`] with `rope_store` folded in (`flash::attention_short_rope_mma`):
+/// one token, its block's query rows in shared memory too.
+pub const fn attention_short_rope_mma<P: TargetPolicy>(
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+) -> Dims {
+    let (per_block, _) = attention::head_slices(heads, kv_heads);
+    Dims {
+        shared_bytes: crate::kernels::flash::short_rope_smem_bytes::<P>(per_block, head_dim),
+        ..attention_short_mma::<P>(heads, kv_heads, head_dim, 1)
+    }
+}
+
 /// Split-KV attention, pass 2: one block per (query head, token); shared memory: one partial per warp.
 pub const fn attention_combine<P: TargetPolicy>(heads: u32, head_dim: u32, n_tokens: u32) -> Dims {
     Dims {

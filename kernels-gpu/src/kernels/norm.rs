@@ -189,9 +189,16 @@ pub unsafe fn rms_norm_rope<P: TargetPolicy>(
         neox,
     };
     unsafe {
-        norm_rope_head(x.add(row), head_dim, w, eps, p, Some(rope), |c, v| {
-            *out.add(row + c as usize) = v
-        })
+        norm_rope_head(
+            Team::Block,
+            x.add(row),
+            head_dim,
+            w,
+            eps,
+            p,
+            Some(rope),
+            |c, v| *out.add(row + c as usize) = v,
+        )
     };
 }
 
@@ -238,6 +245,7 @@ pub unsafe fn rope_store<P: TargetPolicy>(
         let row = (t * heads + r) as usize * hd;
         unsafe {
             norm_rope_head(
+                Team::Block,
                 q.add(row),
                 head_dim,
                 w(q_norm),
@@ -261,7 +269,7 @@ pub unsafe fn rope_store<P: TargetPolicy>(
         (w(k_norm), Some(rope))
     };
     unsafe {
-        norm_rope_head(src, head_dim, w, eps, p, rope, |c, x| {
+        norm_rope_head(Team::Block, src, head_dim, w, eps, p, rope, |c, x| {
             *dst.add(c as usize) = f32_to_f16(x)
         })
     };
@@ -270,19 +278,63 @@ pub unsafe fn rope_store<P: TargetPolicy>(
 /// RoPE parameters of one head: its first `rot_dim` dims rotate (pairing and angles as
 /// [`rope`](crate::kernels::elementwise::rope)).
 #[derive(Clone, Copy)]
-struct HeadRope {
-    rot_dim: u32,
-    log2_base: f32,
-    factors: *const f32,
-    neox: u32,
+pub(crate) struct HeadRope {
+    pub rot_dim: u32,
+    pub log2_base: f32,
+    pub factors: *const f32,
+    pub neox: u32,
+}
+
+/// Who computes one head row in [`norm_rope_head`]: the whole block (a block per head, as
+/// `rope_store` launches it), or one warp (a head among a block's other work: the fused short
+/// attention). Only the striding and the norm's reduction differ, so both give the same bits.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Team {
+    Block,
+    Warp,
+}
+
+impl Team {
+    #[inline(always)]
+    fn first(self) -> u32 {
+        match self {
+            Team::Block => thread_idx(),
+            Team::Warp => lane(),
+        }
+    }
+    #[inline(always)]
+    fn stride(self) -> u32 {
+        match self {
+            Team::Block => block_dim(),
+            Team::Warp => WARP,
+        }
+    }
+    /// `1/rms(x[0..cols])` for every member (every member must call).
+    #[inline(always)]
+    unsafe fn inv_rms(self, x: *const f32, cols: u32, eps: f32) -> f32 {
+        match self {
+            Team::Block => unsafe { inv_rms(x, cols, eps) },
+            Team::Warp => {
+                let mut ss = 0.0;
+                let mut c = lane();
+                while c < cols {
+                    let v = unsafe { *x.add(c as usize) } as f64;
+                    ss += v * v;
+                    c += WARP;
+                }
+                inv_rms_of(warp_sum_f64(ss), cols, eps)
+            }
+        }
+    }
 }
 
 /// One head row `x` (`head_dim` long): RMSNorm scaled by `w` (none when `w` is null), then
 /// RoPE at position `p` (none when `rope` is `None`), each result handed to `store(dim, value)`.
-/// Every thread of the block must call (the norm's reduction).
+/// Every member of `team` must call (the norm's reduction).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn norm_rope_head(
+pub(crate) unsafe fn norm_rope_head(
+    team: Team,
     x: *const f32,
     head_dim: u32,
     w: *const f32,
@@ -294,7 +346,7 @@ unsafe fn norm_rope_head(
     let inv = if w.is_null() {
         1.0
     } else {
-        unsafe { inv_rms(x, head_dim, eps) }
+        unsafe { team.inv_rms(x, head_dim, eps) }
     };
     let normed = |c: u32| {
         let v = unsafe { *x.add(c as usize) };
@@ -306,20 +358,20 @@ unsafe fn norm_rope_head(
     };
     let rot_dim = rope.map_or(0, |r| r.rot_dim);
     if let Some(r) = rope {
-        let mut i = thread_idx();
+        let mut i = team.first();
         while i < rot_dim / 2 {
             let (a, b) = rope_pair(i, rot_dim, r.neox);
             let factor = unsafe { rope_factor(r.factors, i) };
             let (ra, rb) = rotate(normed(a), normed(b), p, i, rot_dim, r.log2_base, factor);
             store(a, ra);
             store(b, rb);
-            i += block_dim();
+            i += team.stride();
         }
     }
-    let mut c = rot_dim + thread_idx();
+    let mut c = rot_dim + team.first();
     while c < head_dim {
         store(c, normed(c));
-        c += block_dim();
+        c += team.stride();
     }
 }
 
