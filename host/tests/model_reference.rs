@@ -786,6 +786,56 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
     }
 }
 
+/// One-token steps over short histories with `rope_store` folded into the one-launch attention
+/// (`kiln_attention_short_rope_mma`, Hopper's default where the head dimension takes the tensor
+/// cores): the logits of the two launches it replaces, bit for bit, with QK-norm (qwen3) and
+/// without (llama); and the fused kernel really ran.
+#[test]
+fn fused_short_attention_on_cuda_host_grid_matches_two_launches() {
+    use kiln_host::backend::cuda::Cuda;
+    let heads64 = Synth {
+        n_embd: 256,
+        n_head: 4,
+        n_kv: 2,
+        head_dim: 64,
+        ..QWEN3
+    };
+    for s in [
+        Synth {
+            ty: GgmlType::Q4_0,
+            ..heads64
+        },
+        Synth {
+            arch: LLAMA.arch,
+            ty: GgmlType::F16,
+            ..heads64
+        },
+    ] {
+        let (file, _) = build(&s);
+        let short = |fused: bool| {
+            let cuda = Cuda::host::<policies::Hopper>()
+                .with_attention_short_max(128)
+                .with_attention_short_rope(fused)
+                .with_norm_defer(false);
+            let logits = decode_steps(&cuda, &file, &TOKENS);
+            let name = kernels_gpu::entries::names::kiln_attention_short_rope_mma;
+            (logits, cuda.gpu().host_launches(name))
+        };
+        let ((fused, launches), (apart, none)) = (short(true), short(false));
+        assert!(
+            launches >= TOKENS.len() && none == 0,
+            "{}: the fused kernel ran {launches} times (on) and {none} (off)",
+            s.arch
+        );
+        assert!(
+            fused == apart,
+            "{} {:?}: fused short attention differs from rope_store + attention",
+            s.arch,
+            s.ty
+        );
+    }
+}
+
 /// With the norms folded into the residual projections (`kiln_matvec_add_norm_q8_*`, Hopper's
 /// default): the activation codes quantize `x ⊙ g` instead of `x ⊙ g / rms`, the same values
 /// but for float rounding, which flips an occasional code. So the CUDA backend is held to the

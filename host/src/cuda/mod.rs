@@ -107,7 +107,8 @@ type HostRun = unsafe fn(&str, Dims, &[Arg]) -> Result<(), &'static str>;
 
 enum Imp {
     Cuda(CudaImp),
-    Host(HostRun),
+    /// With the launches per kernel so far ([`Gpu::host_launches`]).
+    Host(HostRun, Mutex<HashMap<&'static str, usize>>),
 }
 
 /// The GPU: one device, one stream, the module for its architecture. [`Gpu::host`] makes the
@@ -204,12 +205,21 @@ impl Gpu {
     /// (slow: one OS thread per GPU thread; for tests and debugging).
     pub fn host<P: policies::TargetPolicy>() -> Gpu {
         Gpu {
-            imp: Imp::Host(kernels_gpu::entries::run_on_host::<P>),
+            imp: Imp::Host(kernels_gpu::entries::run_on_host::<P>, Mutex::default()),
             module_name: P::NAME,
             shapes: launch_shapes::<P>(),
             name: format!("host grid executor ({})", P::NAME),
             cc: ((P::MIN_CC / 10) as i32, (P::MIN_CC % 10) as i32),
             sms: 2,
+        }
+    }
+
+    /// Launches of `kernel` so far on the host grid executor (0 on a GPU): lets a test see
+    /// which path a backend took.
+    pub fn host_launches(&self, kernel: &str) -> usize {
+        match &self.imp {
+            Imp::Host(_, launches) => launches.lock().unwrap().get(kernel).copied().unwrap_or(0),
+            Imp::Cuda(_) => 0,
         }
     }
 
@@ -277,7 +287,7 @@ impl Gpu {
                 })?;
                 Ok(self.wrap(slice, &c.stream))
             }
-            Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
+            Imp::Host(..) => Ok(Self::host_alloc(data.len(), Some(data))),
         }
     }
 
@@ -314,7 +324,7 @@ impl Gpu {
                     len: data.len(),
                 })
             }
-            Imp::Host(_) => Ok(Self::host_alloc(data.len(), Some(data))),
+            Imp::Host(..) => Ok(Self::host_alloc(data.len(), Some(data))),
         }
     }
 
@@ -329,7 +339,7 @@ impl Gpu {
                 })?;
                 Ok(self.wrap(slice, &c.stream))
             }
-            Imp::Host(_) => Ok(Self::host_alloc::<T>(n.max(1), None)),
+            Imp::Host(..) => Ok(Self::host_alloc::<T>(n.max(1), None)),
         }
     }
 
@@ -353,7 +363,7 @@ impl Gpu {
                     .memcpy_htod(data, &mut view)
                     .map_err(|e| anyhow!("host-to-device copy failed: {e:?}"))
             }
-            (Imp::Host(_), Mem::Host(words)) => {
+            (Imp::Host(..), Mem::Host(words)) => {
                 let off = at * std::mem::size_of::<T>();
                 // SAFETY: bounds checked above.
                 unsafe {
@@ -390,7 +400,7 @@ impl Gpu {
                     .map_err(|e| anyhow!("device-to-host copy failed: {e:?}"))?;
                 self.synchronize()?;
             }
-            (Imp::Host(_), Mem::Host(words)) => {
+            (Imp::Host(..), Mem::Host(words)) => {
                 let bytes = host_bytes(words, n * std::mem::size_of::<T>());
                 // SAFETY: `out` has room for `n` values of plain-data `T`.
                 unsafe {
@@ -435,7 +445,7 @@ impl Gpu {
                 )
             }
             .map_err(|e| anyhow!("device-to-device copy failed: {e:?}")),
-            Imp::Host(_) => {
+            Imp::Host(..) => {
                 // SAFETY: bounds checked; `copy` tolerates overlap.
                 unsafe {
                     std::ptr::copy(
@@ -462,7 +472,7 @@ impl Gpu {
                     .elapsed_ms(&end)
                     .map_err(|e| anyhow!("CUDA error during timed work: {e:?}"))
             }
-            Imp::Host(_) => {
+            Imp::Host(..) => {
                 let t = std::time::Instant::now();
                 f()?;
                 Ok(t.elapsed().as_secs_f32() * 1e3)
@@ -474,7 +484,7 @@ impl Gpu {
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         match &self.imp {
             Imp::Cuda(c) => c.ctx.mem_get_info().map_err(|e| anyhow!("{e:?}")),
-            Imp::Host(_) => bail!("the host executor has no device memory"),
+            Imp::Host(..) => bail!("the host executor has no device memory"),
         }
     }
 
@@ -484,7 +494,7 @@ impl Gpu {
                 .stream
                 .synchronize()
                 .map_err(|e| anyhow!("CUDA error (a kernel faulted?): {e:?}")),
-            Imp::Host(_) => Ok(()),
+            Imp::Host(..) => Ok(()),
         }
     }
 
@@ -578,7 +588,8 @@ impl Gpu {
         }
         let c = match &self.imp {
             // SAFETY: pointer arguments are addresses of live host-executor buffers.
-            Imp::Host(run) => {
+            Imp::Host(run, launches) => {
+                *launches.lock().unwrap().entry(kernel).or_default() += 1;
                 return unsafe { run(kernel, dims, args) }
                     .map_err(|e| anyhow!("host launch of {kernel}: {e}"));
             }
