@@ -286,12 +286,15 @@ pub(crate) struct HeadRope {
 }
 
 /// Who computes one head row in [`norm_rope_head`]: the whole block (a block per head, as
-/// `rope_store` launches it), or one warp (a head among a block's other work: the fused short
-/// attention). Only the striding and the norm's reduction differ, so both give the same bits.
+/// `rope_store` launches it), or an aligned group of `width` lanes (a power of two ≤ 32; a head
+/// among a block's other work: the fused short attention). Only the striding and the norm's
+/// reduction differ, so both give the same bits. Every lane of a warp holding a `Lanes` team
+/// must call together (the reduction shuffles across the whole warp, even for a row without a
+/// norm).
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) enum Team {
     Block,
-    Warp,
+    Lanes(u32),
 }
 
 impl Team {
@@ -299,14 +302,14 @@ impl Team {
     fn first(self) -> u32 {
         match self {
             Team::Block => thread_idx(),
-            Team::Warp => lane(),
+            Team::Lanes(width) => lane() % width,
         }
     }
     #[inline(always)]
     fn stride(self) -> u32 {
         match self {
             Team::Block => block_dim(),
-            Team::Warp => WARP,
+            Team::Lanes(width) => width,
         }
     }
     /// `1/rms(x[0..cols])` for every member (every member must call).
@@ -314,15 +317,15 @@ impl Team {
     unsafe fn inv_rms(self, x: *const f32, cols: u32, eps: f32) -> f32 {
         match self {
             Team::Block => unsafe { inv_rms(x, cols, eps) },
-            Team::Warp => {
+            Team::Lanes(width) => {
                 let mut ss = 0.0;
-                let mut c = lane();
+                let mut c = lane() % width;
                 while c < cols {
                     let v = unsafe { *x.add(c as usize) } as f64;
                     ss += v * v;
-                    c += WARP;
+                    c += width;
                 }
-                inv_rms_of(warp_sum_f64(ss), cols, eps)
+                inv_rms_of(lane_group_sum_f64(ss, width), cols, eps)
             }
         }
     }
@@ -343,7 +346,8 @@ pub(crate) unsafe fn norm_rope_head(
     rope: Option<HeadRope>,
     store: impl Fn(u32, f32),
 ) {
-    let inv = if w.is_null() {
+    // A lane team reduces even without a norm: its warp's other teams may be norming.
+    let inv = if w.is_null() && team == Team::Block {
         1.0
     } else {
         unsafe { team.inv_rms(x, head_dim, eps) }
