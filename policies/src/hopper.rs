@@ -87,8 +87,8 @@ impl TargetPolicy for Hopper {
     // on 0.6B Q4_0, +0.9 % on 8B; histories of 257–384 (three rounds) were 11 % / 6 % slower
     // than split-KV's two launches, so longer ones keep them.
     const ATTN_SHORT_MAX: u32 = 128;
-    // Predicted +3–5 % on 0.6B decode, +1 % on 8B (session 21's probe: rope_store ~0.8 / 1.1
-    // µs per layer in the replayed graph); not yet measured.
+    // Measured on an H100 (session 23), tg128: 0.6B +4.8 %. Taken only where the block's head
+    // rows are one per warp (8B's six on four warps: −1.0 %, keeps the two launches).
     const ATTN_SHORT_ROPE: bool = true;
     const KV_POSITION_MAJOR: bool = false;
 }

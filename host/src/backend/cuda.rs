@@ -547,7 +547,7 @@ impl Cuda {
         let mma = sh.attention_chunks_mma(heads, kv_heads, head_dim, 1, max_ctx);
         let short_max = u32::try_from(self.attention_short_max).unwrap_or(u32::MAX);
         let dims = sh.attention_short_rope_mma(heads, kv_heads, head_dim);
-        let takes = sh.attention_short_rope(short_max)
+        let takes = sh.attention_short_rope(short_max, heads, kv_heads)
             && self.decode_attention_mma(head_dim, mma)
             && dims.shared_bytes <= sh.max_shared_bytes();
         Ok(takes.then_some(dims))

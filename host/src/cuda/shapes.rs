@@ -100,8 +100,10 @@ pub trait LaunchShapes: Send + Sync {
     /// The one-launch attention with `rope_store` folded in (one token).
     fn attention_short_rope_mma(&self, heads: u32, kv_heads: u32, head_dim: u32) -> Dims;
     /// Whether the policy takes it (`ATTN_SHORT_ROPE`) for short histories of up to
-    /// `short_max` positions: only where those are one tile round.
-    fn attention_short_rope(&self, short_max: u32) -> bool;
+    /// `short_max` positions: only where those are one tile round, and where the block's head
+    /// rows (its query heads, K and V) are one per warp. Measured on an H100 (session 23):
+    /// 0.6B +4.8 %; 8B (six rows on four warps) −1.0 %, and −3.5 % with 16-lane teams.
+    fn attention_short_rope(&self, short_max: u32, heads: u32, kv_heads: u32) -> bool;
     /// f32 scratch between the two attention passes.
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize;
     /// Tensor-core prefill attention.
@@ -243,8 +245,11 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn attention_short_rope_mma(&self, heads: u32, kv_heads: u32, head_dim: u32) -> Dims {
         launch::attention_short_rope_mma::<P>(heads, kv_heads, head_dim)
     }
-    fn attention_short_rope(&self, short_max: u32) -> bool {
-        P::ATTN_SHORT_ROPE && short_max <= kernels_gpu::kernels::flash::split_tile::<P>()
+    fn attention_short_rope(&self, short_max: u32, heads: u32, kv_heads: u32) -> bool {
+        let (per_block, _) = kernels_gpu::kernels::attention::head_slices(heads, kv_heads);
+        P::ATTN_SHORT_ROPE
+            && short_max <= kernels_gpu::kernels::flash::split_tile::<P>()
+            && per_block + 2 <= P::ATTN_WARPS
     }
     fn attention_scratch(&self, heads: u32, head_dim: u32, n_tokens: u32, max_ctx: u32) -> usize {
         launch::attention_scratch::<P>(heads, head_dim, n_tokens, max_ctx)

@@ -207,21 +207,14 @@ pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
 /// Sum over the 32 lanes of a warp in f64 (butterfly: every lane gets the total, each f64
 /// crossing lanes as two 32-bit shuffles). All lanes must call.
 #[inline(always)]
-pub fn warp_sum_f64(v: f64) -> f64 {
-    lane_group_sum_f64(v, WARP)
-}
-
-/// [`lane_group_sum`] in f64 (each f64 crossing lanes as two 32-bit shuffles); its contract.
-#[inline(always)]
-pub fn lane_group_sum_f64(mut v: f64, width: u32) -> f64 {
-    for round in 0..5 {
-        let m = (WARP / 2) >> round;
-        if m < width {
-            let bits = v.to_bits();
-            let other = ((shfl_xor_u32((bits >> 32) as u32, m) as u64) << 32)
-                | shfl_xor_u32(bits as u32, m) as u64;
-            v += f64::from_bits(other);
-        }
+pub fn warp_sum_f64(mut v: f64) -> f64 {
+    let mut m = WARP / 2;
+    while m > 0 {
+        let bits = v.to_bits();
+        let other = ((shfl_xor_u32((bits >> 32) as u32, m) as u64) << 32)
+            | shfl_xor_u32(bits as u32, m) as u64;
+        v += f64::from_bits(other);
+        m /= 2;
     }
     v
 }

@@ -15,7 +15,7 @@
 //! positions for all of them where the f32 kernel reduces each (row, head) dot by butterflies.
 use crate::device::*;
 use crate::kernels::attention::{
-    MAX_GROUP, STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
+    STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
 };
 use crate::kernels::matvec::quantize_block;
 use crate::kernels::norm::{HeadRope, Team, norm_rope_head};
@@ -288,7 +288,12 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
 ) {
     let sink = Sink::Records(part);
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
-    unsafe { split_head_dim::<P>(head_dim, a) }
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
 }
 
 /// Decode attention of a short history in one launch: [`attention_chunks_mma`] with a single
@@ -318,14 +323,19 @@ pub unsafe fn attention_short_mma<P: TargetPolicy>(
 ) {
     let sink = Sink::Output { out, xq, xds };
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
-    unsafe { split_head_dim::<P>(head_dim, a) }
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
 }
 
 /// [`attention_short_mma`] for one token (decode) with `rope_store`'s work folded in, one
 /// launch fewer per layer: each block normalizes (QK-norm, when `norm != 0`) and rotates its own
 /// query heads from the projection `q`, and the key and value row of the new position from
 /// `k`, `v`; writes that row into its K/V tiles and (the KV head's first slice) into the caches;
-/// and reads the history from the caches. A team of lanes per head row ([`Team::Lanes`]), the same
+/// and reads the history from the caches. One warp per head row ([`Team::Warp`]), the same
 /// arithmetic as `rope_store`, so the outputs and the caches are the two launches' bits.
 /// Before waiting for the previous grid (PDL) a block already has the history's rows in flight:
 /// earlier steps wrote them, and the previous grid does not touch the cache.
@@ -386,7 +396,12 @@ pub unsafe fn attention_short_rope_mma<P: TargetPolicy>(
         scale,
         Some(fresh),
     );
-    unsafe { split_head_dim::<P>(head_dim, a) }
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
 }
 
 /// The new position's inputs and where they go, for [`attention_short_rope_mma`]: `k`, `v` the
@@ -414,17 +429,6 @@ enum Sink {
         xq: *mut i8,
         xds: *mut f32,
     },
-}
-
-/// [`split_body`] instantiated for `head_dim` (64 or 128, [`flash_supports`]).
-#[inline(always)]
-unsafe fn split_head_dim<P: TargetPolicy>(head_dim: u32, a: SplitArgs) {
-    unsafe {
-        match head_dim {
-            64 => split_body::<P, 64, 4, 8>(a),
-            _ => split_body::<P, 128, 8, 16>(a),
-        }
-    }
 }
 
 type SplitArgs = (
@@ -660,13 +664,11 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
     };
 }
 
-/// [`attention_short_rope_mma`]'s prologue, one pass: the block's warps split into teams of
-/// `width` lanes, as wide as still gives every row its own team: the `gs` query heads (normed
-/// and rotated into `q_out`, `gs × D` f32), the key row (normed and rotated) and the value row
-/// (copied), the last two as f16 into the block's tile rows `kv_row_smem` and, with `store`,
-/// into the caches at position `p`. Teams without a row run the key row's arithmetic and
-/// discard it, so every lane reaches the norm's shuffles. `at` = (token, KV head, KV heads,
-/// `gs`, head_dim `D`, cache length, `p`).
+/// [`attention_short_rope_mma`]'s prologue: warp `w` takes head rows `w, w + warps, ...` of the
+/// `gs` query heads (normed and rotated into `q_out`, `gs × D` f32), the key row (normed and
+/// rotated) and the value row (copied), the last two as f16 into the block's tile rows `kv_row`
+/// and, with `store`, into the caches at position `p`. `at` = (token, KV head, KV heads, `gs`,
+/// head_dim `D`, cache length, `p`).
 #[inline(always)]
 unsafe fn fresh_rows<P: TargetPolicy>(
     f: Fresh,
@@ -676,51 +678,52 @@ unsafe fn fresh_rows<P: TargetPolicy>(
     at: (u32, u32, u32, u32, u32, u32, u32),
     store: bool,
 ) {
-    const {
-        assert!(
-            P::ATTN_WARPS * WARP / 8 >= MAX_GROUP + 2,
-            "a team per row, 8 lanes or more"
-        )
-    };
     let (t, kvh, kv_heads, gs, d, max_ctx, p) = at;
-    let rows = gs + 2;
-    let mut width = WARP;
-    while P::ATTN_WARPS * (WARP / width) < rows {
-        width /= 2;
-    }
-    let team = warp_id() * (WARP / width) + lane() / width;
     let cache_row = (kv_row::<P>(kvh, p, kv_heads, max_ctx) * d) as usize;
     let src_row = ((t * kv_heads + kvh) * d) as usize;
-    let (is_q, is_v) = (team < gs, team == gs + 1);
-    let (x, w, rope) = if is_q {
-        (
-            unsafe { q_rows.add((team * d) as usize) },
-            f.q_norm,
-            Some(f.rope),
-        )
-    } else if is_v {
-        (unsafe { f.v.add(src_row) }, core::ptr::null(), None)
-    } else {
-        (unsafe { f.k.add(src_row) }, f.k_norm, Some(f.rope))
-    };
-    let (tile_row, cache) = if is_v {
-        (kv_row_smem.1, f.v_cache)
-    } else {
-        (kv_row_smem.0, f.k_cache)
-    };
-    let out = unsafe { q_out.add((team * d) as usize) };
-    let kv = team == gs || is_v;
-    unsafe {
-        norm_rope_head(Team::Lanes(width), x, d, w, f.eps, p, rope, |c, y| {
-            if is_q {
-                *out.add(c as usize) = y;
-            } else if kv {
-                let h = f32_to_f16(y);
-                *tile_row.add(c as usize) = h;
-                if store {
-                    *cache.add(cache_row + c as usize) = h;
-                }
-            }
-        })
-    };
+    let mut item = warp_id();
+    while item < gs + 2 {
+        if item < gs {
+            let (x, out) = unsafe {
+                (
+                    q_rows.add((item * d) as usize),
+                    q_out.add((item * d) as usize),
+                )
+            };
+            unsafe {
+                norm_rope_head(
+                    Team::Warp,
+                    x,
+                    d,
+                    f.q_norm,
+                    f.eps,
+                    p,
+                    Some(f.rope),
+                    |c, y| *out.add(c as usize) = y,
+                )
+            };
+        } else {
+            let is_v = item == gs + 1;
+            let (x, w, rope) = if is_v {
+                (f.v, core::ptr::null(), None)
+            } else {
+                (f.k, f.k_norm, Some(f.rope))
+            };
+            let (tile_row, cache) = if is_v {
+                (kv_row_smem.1, f.v_cache)
+            } else {
+                (kv_row_smem.0, f.k_cache)
+            };
+            unsafe {
+                norm_rope_head(Team::Warp, x.add(src_row), d, w, f.eps, p, rope, |c, y| {
+                    let h = f32_to_f16(y);
+                    *tile_row.add(c as usize) = h;
+                    if store {
+                        *cache.add(cache_row + c as usize) = h;
+                    }
+                })
+            };
+        }
+        item += P::ATTN_WARPS;
+    }
 }

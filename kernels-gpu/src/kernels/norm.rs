@@ -286,15 +286,12 @@ pub(crate) struct HeadRope {
 }
 
 /// Who computes one head row in [`norm_rope_head`]: the whole block (a block per head, as
-/// `rope_store` launches it), or an aligned group of `width` lanes (a power of two ≤ 32; a head
-/// among a block's other work: the fused short attention). Only the striding and the norm's
-/// reduction differ, so both give the same bits. Every lane of a warp holding a `Lanes` team
-/// must call together (the reduction shuffles across the whole warp, even for a row without a
-/// norm).
+/// `rope_store` launches it), or one warp (a head among a block's other work: the fused short
+/// attention). Only the striding and the norm's reduction differ, so both give the same bits.
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) enum Team {
     Block,
-    Lanes(u32),
+    Warp,
 }
 
 impl Team {
@@ -302,14 +299,14 @@ impl Team {
     fn first(self) -> u32 {
         match self {
             Team::Block => thread_idx(),
-            Team::Lanes(width) => lane() % width,
+            Team::Warp => lane(),
         }
     }
     #[inline(always)]
     fn stride(self) -> u32 {
         match self {
             Team::Block => block_dim(),
-            Team::Lanes(width) => width,
+            Team::Warp => WARP,
         }
     }
     /// `1/rms(x[0..cols])` for every member (every member must call).
@@ -317,15 +314,15 @@ impl Team {
     unsafe fn inv_rms(self, x: *const f32, cols: u32, eps: f32) -> f32 {
         match self {
             Team::Block => unsafe { inv_rms(x, cols, eps) },
-            Team::Lanes(width) => {
+            Team::Warp => {
                 let mut ss = 0.0;
-                let mut c = lane() % width;
+                let mut c = lane();
                 while c < cols {
                     let v = unsafe { *x.add(c as usize) } as f64;
                     ss += v * v;
-                    c += width;
+                    c += WARP;
                 }
-                inv_rms_of(lane_group_sum_f64(ss, width), cols, eps)
+                inv_rms_of(warp_sum_f64(ss), cols, eps)
             }
         }
     }
@@ -346,8 +343,7 @@ pub(crate) unsafe fn norm_rope_head(
     rope: Option<HeadRope>,
     store: impl Fn(u32, f32),
 ) {
-    // A lane team reduces even without a norm: its warp's other teams may be norming.
-    let inv = if w.is_null() && team == Team::Block {
+    let inv = if w.is_null() {
         1.0
     } else {
         unsafe { team.inv_rms(x, head_dim, eps) }
