@@ -15,7 +15,9 @@ mod common;
 
 use common::data::{Gen, head_dim, seed};
 use common::reference as r;
-use common::{Arg, Buf, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{
+    Arg, Buf, Device, check_err, check_written, download, names, poisoned, same_bits, upload,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -697,33 +699,12 @@ fn short_rope(dev: &mut dyn Device, c: &ShortRopeCase) -> Result<(), TestCaseErr
 
     let out = download::<f32>(dev, &of);
     check_written(dev, "fused short attention", &out)?;
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    same_bits::<f32>(dev, "outputs", &of, &ob)?;
+    same_bits::<i8>(dev, "Q8_1 codes", &xqf, &xq)?;
+    same_bits::<f32>(dev, "Q8_1 scales", &xdsf, &xds)?;
+    same_bits::<u16>(dev, "key caches", &kf, &kc)?;
+    same_bits::<u16>(dev, "value caches", &vf, &vc)?;
     let label = dev.label();
-    prop_assert!(
-        bits(out) == bits(download::<f32>(dev, &ob)),
-        "{}: outputs differ",
-        label
-    );
-    prop_assert!(
-        download::<i8>(dev, &xqf) == download::<i8>(dev, &xq),
-        "{}: Q8_1 codes differ",
-        label
-    );
-    prop_assert!(
-        bits(download::<f32>(dev, &xdsf)) == bits(download::<f32>(dev, &xds)),
-        "{}: Q8_1 scales differ",
-        label
-    );
-    prop_assert!(
-        download::<u16>(dev, &kf) == download::<u16>(dev, &kc),
-        "{}: key caches differ",
-        label
-    );
-    prop_assert!(
-        download::<u16>(dev, &vf) == download::<u16>(dev, &vc),
-        "{}: value caches differ",
-        label
-    );
     // The new row really was stored (not left as poison by both paths).
     let row = |p: usize| (p * hd)..(p * hd + hd);
     prop_assert!(

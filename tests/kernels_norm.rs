@@ -5,7 +5,9 @@ mod common;
 
 use common::data::{Gen, length, seed};
 use common::reference as r;
-use common::{Arg, Buf, Device, check_err, check_written, download, names, poisoned, upload};
+use common::{
+    Arg, Buf, Device, check_err, check_written, download, names, poisoned, same_bits, upload,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -159,20 +161,8 @@ fn rms_norm_q8(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
         dev.shapes().quantize_q8_1(cols as u32, rows as u32),
         &[fused.arg(), q_ref.arg(), ds_ref.arg(), cu],
     );
-    let label = dev.label();
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert_eq!(
-        download::<i8>(dev, &q),
-        download::<i8>(dev, &q_ref),
-        "{}: codes",
-        label
-    );
-    prop_assert_eq!(
-        bits(download::<f32>(dev, &ds)),
-        bits(download::<f32>(dev, &ds_ref)),
-        "{}: block scales",
-        label
-    );
+    same_bits::<i8>(dev, "codes", &q, &q_ref)?;
+    same_bits::<f32>(dev, "block scales", &ds, &ds_ref)?;
     Ok(())
 }
 
@@ -323,21 +313,9 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
         dev.shapes().per_row(rows as u32),
         &args,
     );
-    let (a, b) = (download::<f32>(dev, &one), download::<f32>(dev, &two));
-    check_written(dev, "rms_norm_rope", &a)?;
-    if let Some(i) = a
-        .iter()
-        .zip(&b)
-        .position(|(p, q)| p.to_bits() != q.to_bits())
-    {
-        prop_assert!(
-            false,
-            "{}: element {i}: fused {} vs rms_norm+rope {}",
-            dev.label(),
-            a[i],
-            b[i]
-        );
-    }
+    let fused = download::<f32>(dev, &one);
+    check_written(dev, "rms_norm_rope", &fused)?;
+    same_bits::<f32>(dev, "fused vs rms_norm+rope outputs", &one, &two)?;
     Ok(())
 }
 
@@ -518,23 +496,9 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
         dev.shapes().rope_store(heads as u32, c.kv_heads, c.n),
         &args,
     );
-    let label = dev.label();
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    prop_assert!(
-        bits(download::<f32>(dev, &q_out)) == bits(download::<f32>(dev, &q_ref)),
-        "{}: queries differ",
-        label
-    );
-    prop_assert!(
-        download::<u16>(dev, &kc) == download::<u16>(dev, &kc_ref),
-        "{}: key cache differs",
-        label
-    );
-    prop_assert!(
-        download::<u16>(dev, &vc) == download::<u16>(dev, &vc_ref),
-        "{}: value cache differs",
-        label
-    );
+    same_bits::<f32>(dev, "queries", &q_out, &q_ref)?;
+    same_bits::<u16>(dev, "key caches", &kc, &kc_ref)?;
+    same_bits::<u16>(dev, "value caches", &vc, &vc_ref)?;
     Ok(())
 }
 

@@ -321,6 +321,30 @@ pub fn check_err(dev: &dyn Device, what: &str, err: f64, tol: f64) -> Result<(),
     }
 }
 
+/// Fail unless buffers `a` and `b` hold the same elements of `T` bit for bit (so f32 NaN
+/// equals itself and 0.0 differs from -0.0), naming `what` and the first element that differs.
+pub fn same_bits<T: Pod + Debug>(
+    dev: &mut dyn Device,
+    what: &str,
+    a: &Buf,
+    b: &Buf,
+) -> Result<(), TestCaseError> {
+    let (x, y) = (download::<T>(dev, a), download::<T>(dev, b));
+    let bits = |v: &T| as_bytes(std::slice::from_ref(v)).to_vec();
+    let first = (0..x.len().max(y.len())).find(|&i| x.get(i).map(bits) != y.get(i).map(bits));
+    match first {
+        None => Ok(()),
+        Some(i) => Err(TestCaseError::fail(format!(
+            "{}: {what} differ: element {i} of {} / {}: {:?} vs {:?}",
+            dev.label(),
+            x.len(),
+            y.len(),
+            x.get(i),
+            y.get(i)
+        ))),
+    }
+}
+
 /// Fail unless every f32 of `out` was written (poison is NaN; the inputs never produce NaN).
 pub fn check_written(dev: &dyn Device, what: &str, out: &[f32]) -> Result<(), TestCaseError> {
     match out.iter().position(|v| v.is_nan()) {

@@ -288,12 +288,7 @@ pub unsafe fn attention_chunks_mma<P: TargetPolicy>(
 ) {
     let sink = Sink::Records(part);
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
-    unsafe {
-        match head_dim {
-            64 => split_body::<P, 64, 4, 8>(a),
-            _ => split_body::<P, 128, 8, 16>(a),
-        }
-    }
+    unsafe { split_head_dim::<P>(head_dim, a) }
 }
 
 /// Decode attention of a short history in one launch: [`attention_chunks_mma`] with a single
@@ -323,12 +318,7 @@ pub unsafe fn attention_short_mma<P: TargetPolicy>(
 ) {
     let sink = Sink::Output { out, xq, xds };
     let a = (q, k, v, sink, pos, heads, kv_heads, max_ctx, scale, None);
-    unsafe {
-        match head_dim {
-            64 => split_body::<P, 64, 4, 8>(a),
-            _ => split_body::<P, 128, 8, 16>(a),
-        }
-    }
+    unsafe { split_head_dim::<P>(head_dim, a) }
 }
 
 /// [`attention_short_mma`] for one token (decode) with `rope_store`'s work folded in, one
@@ -396,12 +386,7 @@ pub unsafe fn attention_short_rope_mma<P: TargetPolicy>(
         scale,
         Some(fresh),
     );
-    unsafe {
-        match head_dim {
-            64 => split_body::<P, 64, 4, 8>(a),
-            _ => split_body::<P, 128, 8, 16>(a),
-        }
-    }
+    unsafe { split_head_dim::<P>(head_dim, a) }
 }
 
 /// The new position's inputs and where they go, for [`attention_short_rope_mma`]: `k`, `v` the
@@ -429,6 +414,17 @@ enum Sink {
         xq: *mut i8,
         xds: *mut f32,
     },
+}
+
+/// [`split_body`] instantiated for `head_dim` (64 or 128, [`flash_supports`]).
+#[inline(always)]
+unsafe fn split_head_dim<P: TargetPolicy>(head_dim: u32, a: SplitArgs) {
+    unsafe {
+        match head_dim {
+            64 => split_body::<P, 64, 4, 8>(a),
+            _ => split_body::<P, 128, 8, 16>(a),
+        }
+    }
 }
 
 type SplitArgs = (
