@@ -913,6 +913,64 @@ fn deferred_norms_on_cuda_host_grid_match_cpu_backend() {
     }
 }
 
+/// Q5_0 and Q5_1 files on the CUDA backend, which has no 5-bit format with a scale per 32
+/// weights: Q5_0 loads as Q8_0 blocks (every weight exact, so the Q8_0 kernels compute what the
+/// CPU backend's Q5_0 dots do, up to float rounding), Q5_1 widened to f16 (each weight rounded
+/// once). Both held to the float64 forward pass next to the CPU backend; Q5_0 also to the CPU
+/// backend itself, and checked to run through the Q8_0 kernels. Q5_1 mixed into a Q4_0 model on
+/// attn_v and ffn_down, where llama.cpp's mixes put the 5-bit legacy formats.
+#[test]
+fn q5_0_and_q5_1_on_cuda_host_grid() {
+    use kernels_gpu::entries::families::{MATVEC3, MATVEC3_WIDE};
+    use kiln_host::backend::cuda::Cuda;
+    let heads32 = Synth {
+        n_embd: 128,
+        head_dim: 32,
+        ..LLAMA
+    };
+    let cases = [
+        Synth {
+            ty: GgmlType::Q5_0,
+            ..heads32
+        },
+        Synth {
+            ty: GgmlType::Q5_0,
+            ..QWEN3
+        },
+        Synth {
+            ty: GgmlType::Q4_0,
+            v_down_ty: Some(GgmlType::Q5_1),
+            ..heads32
+        },
+    ];
+    for s in cases {
+        let (file, weights) = build(&s);
+        let want = reference(&s, &weights, &TOKENS);
+        let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
+        let cuda = Cuda::host::<policies::Hopper>();
+        let gpu = decode_steps(&cuda, &file, &TOKENS);
+        let (cpu_err, gpu_err) = (rel_err(&cpu, &want), rel_err(&gpu, &want));
+        let what = format!("{} {:?} (attn_v, ffn_down {:?})", s.arch, s.ty, s.v_down_ty);
+        eprintln!("{what}: CUDA-on-host vs f64 {gpu_err:.2e}, CPU {cpu_err:.2e}");
+        assert!(
+            gpu_err <= 1.5 * cpu_err + 1e-4,
+            "{what}: CUDA rel err {gpu_err:e} vs the CPU backend's {cpu_err:e}"
+        );
+        if s.ty == GgmlType::Q5_0 {
+            let q8_0 = |family: [&str; 6]| cuda.gpu().host_launches(family[2]);
+            let ran = q8_0(MATVEC3) + q8_0(MATVEC3_WIDE);
+            assert!(ran > 0, "{what}: the q/k/v projections did not run as Q8_0");
+            let apart = per_position_rel(&cpu, &gpu);
+            let close = apart.iter().filter(|&&r| r <= 1e-5).count();
+            assert!(
+                3 * close >= 2 * apart.len(),
+                "{what}: within 1e-5 of the CPU backend at {close} of {} positions: {apart:.1?}",
+                apart.len()
+            );
+        }
+    }
+}
+
 /// K-quants on the CUDA backend: Q6_K runs natively (re-blocked by 32, exactly), Q4_K as Q4_1
 /// and Q5_K as Q5K blocks (each sub-block's d·sc and dmin·m rounded to f16). With f32 activations, checked against the
 /// float64 forward pass over the weights as the GPU holds them: only f32 arithmetic separates

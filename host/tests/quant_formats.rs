@@ -395,6 +395,33 @@ proptest! {
         }
     }
 
+    /// The GPU's load of Q5_0 (`kernels_gpu::quant::reblock::q5_0_as_q8_0`): the Q8_0 blocks
+    /// dequantize to the Q5_0 blocks' values bit for bit, NaN and infinite scales included.
+    #[test]
+    fn q5_0_as_q8_0_keeps_every_value(
+        nb in 1usize..6,
+        bytes in proptest::collection::vec(any::<u8>(), 6 * 22),
+        scales in proptest::collection::vec(-4f32..4.0, 12),
+        raw_scale in any::<bool>(),
+    ) {
+        use kernels_gpu::quant::reblock;
+        let w = if raw_scale {
+            bytes[..nb * 22].to_vec() // any bit pattern as d: NaN, infinities, subnormals
+        } else {
+            random_q5_blocks(GgmlType::Q5_0, &bytes[..nb * 22], &scales)
+        };
+        let mut q8 = vec![0xAAu8; nb * 34];
+        prop_assert_eq!(reblock::q5_0_as_q8_0(&w, &mut q8), Ok(()));
+        let (mut want, mut got) = (vec![0f32; nb * 32], vec![0f32; nb * 32]);
+        dequantize_row(GgmlType::Q5_0, &w, &mut want).unwrap();
+        dequantize_row(GgmlType::Q8_0, &q8, &mut got).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&got), bits(&want));
+        // Whole blocks only, and a destination of the matching size.
+        prop_assert!(reblock::q5_0_as_q8_0(&w[1..], &mut q8[..(nb - 1) * 34]).is_err());
+        prop_assert!(reblock::q5_0_as_q8_0(&w, &mut q8[1..]).is_err());
+    }
+
     #[test]
     fn q5_quantize_matches_reference_transcription(x in blocks_strategy(6, 32), dup in 0usize..32) {
         // Ties between the extremes (a repeated max of opposite sign) pick the first.

@@ -274,17 +274,18 @@ impl Cuda {
                     )?)?),
                 }
             }
-            GgmlType::BF16 => {
+            // Q5_1 (`d·q + m`, its own f16 `d` and `m` per 32 weights) fits no split format:
+            // Q5K shares them over 256, and Q8_0 has no minimum. Widened, rounded once to f16.
+            GgmlType::BF16 | GgmlType::Q5_1 => {
                 Storage::F16(gpu.upload(&widen_to_f16(info.ggml_type, data, rows, cols, name)?)?)
             }
-            // Exact re-blocking into Q5K is impossible: its eight blocks of 256 share one f16
-            // `d` and `dmin`, while every 32-element block here has its own f16 scale.
-            GgmlType::Q5_0 | GgmlType::Q5_1 => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend (each 32-weight block has its own f16 scale, which the GPU's 5-bit format, shared scales per 256 weights, cannot hold); use --device cpu",
-                info.ggml_type.name()
-            ),
+            // Exactly as Q8_0 blocks (8.5 bits per weight instead of 5.5).
+            GgmlType::Q5_0 => {
+                let blocks = q5_0_as_q8_0(data, name)?;
+                split::<formats::Q8_0>(gpu, GgmlType::Q8_0, &blocks, rows, cols, name, mapped)?
+            }
             other => bail!(
-                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, F32 natively; BF16 widened to f16); use --device cpu",
+                "tensor {name}: {} weights are not supported by the CUDA backend yet (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, F32 natively; Q5_0 as Q8_0; BF16, Q5_1 widened to f16); use --device cpu",
                 other.name()
             ),
         };
@@ -1896,6 +1897,29 @@ const Q6_K_AS_Q6K: Reblock = Reblock {
     store: split::<formats::Q6K>,
 };
 
+/// A Q5_0 tensor's blocks as Q8_0 blocks ([`reblock::q5_0_as_q8_0`]), in parallel. Said once per
+/// process on stderr: VRAM and decode speed are Q8_0's, not what the file's size suggests.
+fn q5_0_as_q8_0(data: &[u8], name: &str) -> Result<Vec<u8>> {
+    use rayon::prelude::*;
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    NOTED.call_once(|| {
+        eprintln!("kiln: Q5_0 weights run as Q8_0 on the GPU (every weight exact; 8.5 bits per weight instead of 5.5)")
+    });
+    // 1024 blocks per task: whole blocks on both sides.
+    let (from, to) = (1024 * 22, 1024 * 34);
+    ensure!(
+        data.len().is_multiple_of(22),
+        "tensor {name}: {} bytes are not whole Q5_0 blocks",
+        data.len()
+    );
+    let mut out = vec![0u8; data.len() / 22 * 34];
+    out.par_chunks_mut(to)
+        .zip(data.par_chunks(from))
+        .try_for_each(|(dst, src)| reblock::q5_0_as_q8_0(src, dst))
+        .map_err(|e| anyhow::anyhow!("tensor {name}: re-blocking Q5_0 as Q8_0 failed ({e:?})"))?;
+    Ok(out)
+}
+
 /// A K-quant tensor's rows re-blocked by 32, row-parallel; `None` if a scale does not fit f16
 /// once multiplied out (Q4_K, Q5_K; the caller widens that tensor instead).
 fn reblock_rows(
@@ -1929,10 +1953,10 @@ fn reblock_rows(
     }
 }
 
-/// A tensor of a format the GPU has no kernels for (BF16, or a K-quant whose scales overflow f16), dequantized on the host
-/// and stored as f16 (the f16 mat-vec and embedding kernels take it): it runs, at 2 bytes per
-/// weight instead of 0.56–0.82. Said once per process on stderr, since VRAM and speed are not
-/// what the file's size suggests.
+/// A tensor of a format the GPU has no kernels for (BF16, Q5_1, or a K-quant whose scales
+/// overflow f16), dequantized on the host and stored as f16 (the f16 mat-vec and embedding
+/// kernels take it): it runs, at 2 bytes per weight instead of 0.56–0.82. Said once per process
+/// on stderr, since VRAM and speed are not what the file's size suggests.
 /// The GEMM entries of split format `ty` (main and deep k-stages) and its quant and staged
 /// scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
 fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {

@@ -1,15 +1,16 @@
 //! K-quant super-blocks (256 elements) as the eight 32-element unpacked blocks the GPU's K
 //! formats [`pack`](crate::kernels::formats::SplitFormat::pack) ([`Q4K`], [`Q5K`], [`Q6K`]):
 //! the super-block's `d` (and `dmin`) repeated in each, the block's own integer scale(s), one
-//! code per byte. Exact: every value is copied, none is rounded, so the packed planes hold the
-//! file's weights bit for bit.
+//! code per byte; and Q5_0 blocks as Q8_0 blocks ([`q5_0_as_q8_0`]). Exact: every value is
+//! copied, none is rounded, so the packed planes hold the file's weights bit for bit.
 //!
 //! [`Q4K`]: crate::kernels::formats::Q4K
 //! [`Q5K`]: crate::kernels::formats::Q5K
 //! [`Q6K`]: crate::kernels::formats::Q6K
 
 use super::{
-    BlockQ4K, BlockQ5K, BlockQ6K, QK_K, QuantBlock, f16_to_f32, f32_to_f16, get_scale_min_k4,
+    BlockQ4K, BlockQ5_0, BlockQ5K, BlockQ6K, BlockQ8_0, QK_K, QuantBlock, code5, f16_to_f32,
+    f32_to_f16, get_scale_min_k4,
 };
 use crate::kernels::formats::{Q4K, Q5K, Q6K, SplitFormat};
 
@@ -43,6 +44,29 @@ fn each_block<B: QuantBlock>(
         let b = B::read(sb).ok_or(ReblockError::Size)?;
         for (j, blk) in out.chunks_exact_mut(out_bytes).enumerate() {
             write(&b, j, blk)?;
+        }
+    }
+    Ok(())
+}
+
+/// Q5_0 blocks (`src`, 22 bytes each) → Q8_0 blocks (`dst`, 34 each): the same `d`, and each
+/// 5-bit code `q` as the signed byte `q − 16` (−16..=15), so `(q − 16)·d` is every weight's
+/// value as the file holds it. The GPU has no 5-bit format with its own scale per 32 weights
+/// (Q5K shares `d` over 256), so Q5_0 tensors take the Q8_0 kernels: 8.5 bits per weight
+/// instead of 5.5, every weight exact.
+pub fn q5_0_as_q8_0(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
+    let blocks = src.len() / BlockQ5_0::BYTES;
+    if src.len() % BlockQ5_0::BYTES != 0 || dst.len() != blocks * BlockQ8_0::BYTES {
+        return Err(ReblockError::Size);
+    }
+    for (from, to) in src
+        .chunks_exact(BlockQ5_0::BYTES)
+        .zip(dst.chunks_exact_mut(BlockQ8_0::BYTES))
+    {
+        let b = BlockQ5_0::read(from).ok_or(ReblockError::Size)?;
+        to[0..2].copy_from_slice(&b.d.to_le_bytes());
+        for (i, code) in to[2..].iter_mut().enumerate() {
+            *code = (code5(&b.qh, &b.qs, i) as i8 - 16) as u8;
         }
     }
     Ok(())
