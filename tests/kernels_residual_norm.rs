@@ -4,9 +4,8 @@
 //!
 //! The producer's residual is checked bit for bit against the plain mat-vec with `acc`, its
 //! `x ⊙ g`, codes and scales against their definition, its partial sums against float64. The
-//! consumers are checked against float64 on the exact codes they read, with each block's scales
-//! times the residual's `1/rms` (float64, rounded to f32) rounded to f16, as a norm kernel's
-//! blocks would be: only f32 rounding separates them.
+//! consumers are checked against float64 on the exact codes they read, scaled by the float64
+//! `1/rms` of the residual: only f32 rounding separates them.
 mod common;
 
 use common::data::{Gen, seed};
@@ -167,8 +166,7 @@ fn deferred_norm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
 }
 
 /// The q/k/v mat-vec (one-row and wide) and the gate/up + SwiGLU (plain and Q8_1-emitting)
-/// over the deferred norm: each output is the dot product with the codes under the block
-/// scales `f16(d · 1/rms)`, `f16(d·Σq · 1/rms)` (what the undeferred norm's blocks hold).
+/// over the deferred norm: each output is `1/rms` times the dot product with the codes.
 fn consumers(
     dev: &mut dyn Device,
     c: &Case,
@@ -178,13 +176,12 @@ fn consumers(
     inv: &[f64],
 ) -> Result<(), TestCaseError> {
     let (cols, n) = (32 * c.row_blocks as usize, c.n as usize);
-    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
-    let hds: Vec<f32> = hds
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| f16(v * inv[i / 2 / (cols / QK)] as f32))
-        .collect();
-    let hds = &hds[..];
+    let scaled = |v: Vec<f64>, rows: usize| -> Vec<f64> {
+        v.iter()
+            .enumerate()
+            .map(|(i, a)| a * inv[i / rows])
+            .collect()
+    };
     let mut mats = Vec::new();
     let mut args = Vec::new();
     for &rows in &c.out_rows {
@@ -216,8 +213,8 @@ fn consumers(
         for (m, (gguf, _, _, y_b, rows)) in mats.iter().enumerate() {
             let y = download::<f32>(dev, y_b);
             check_written(dev, &format!("matvec3 output {m}"), &y)?;
-            let want = r::matvec_q8_1(c.fmt, gguf, *rows, cols, hq, hds);
-            let abs = r::matvec_q8_1_abs(c.fmt, gguf, *rows, cols, hq, hds);
+            let want = scaled(r::matvec_q8_1(c.fmt, gguf, *rows, cols, hq, hds), *rows);
+            let abs = scaled(r::matvec_q8_1_abs(c.fmt, gguf, *rows, cols, hq, hds), *rows);
             let err = r::err_vs_magnitude(&y, &want, &abs);
             check_err(dev, &format!("matvec3 (wide {wide}) matrix {m}"), err, 1e-5)?;
         }
@@ -228,8 +225,8 @@ fn consumers(
     let rows = mats[0].4.next_multiple_of(32);
     let (gate, gq_b, gs_b) = split_weights(dev, g, c.fmt, rows, cols);
     let (up, uq_b, us_b) = split_weights(dev, g, c.fmt, rows, cols);
-    let gates = r::matvec_q8_1(c.fmt, &gate, rows, cols, hq, hds);
-    let ups = r::matvec_q8_1(c.fmt, &up, rows, cols, hq, hds);
+    let gates = scaled(r::matvec_q8_1(c.fmt, &gate, rows, cols, hq, hds), rows);
+    let ups = scaled(r::matvec_q8_1(c.fmt, &up, rows, cols, hq, hds), rows);
     let want: Vec<f64> = gates
         .iter()
         .zip(&ups)

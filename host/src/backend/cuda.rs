@@ -856,7 +856,7 @@ pub struct CudaTensor {
 
 /// A norm output left for its consumers to finish (`kiln_matvec_add_norm_q8_*`): the tensor
 /// holds `x ⊙ g` and its Q8_1 blocks, `ss` the producer's Σx² per 32 columns (`parts` per
-/// row). The q/k/v and gate/up mat-vecs apply `1/rms` to its blocks' scales; any other op
+/// row). The q/k/v and gate/up mat-vecs apply `1/rms` to their dot products; any other op
 /// reads the finished values, made once by `Cuda::settled`.
 struct Deferred {
     ss: CudaTensor,

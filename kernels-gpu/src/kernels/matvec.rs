@@ -206,7 +206,7 @@ unsafe fn matvec_split_tile<P: TargetPolicy, F: SplitFormat, const R: usize, con
             row: row0 + r,
             live: row0 + r < rows,
         });
-        let dots = unsafe { warp_dots::<F, R, U>(&w, x, nb, || None) };
+        let dots = unsafe { warp_dots::<F, R, U>(&w, x, nb) };
         for (r, s) in dots.iter().enumerate() {
             if lane() == 0 && w[r].live {
                 let out = unsafe { y.add(t * rows + row0 + r) };
@@ -285,29 +285,18 @@ pub(crate) struct WeightRow {
 
 /// The full dot products (every lane gets them) of the activation row `x` = (`xq`, `xds`) with
 /// `R` weight rows, which may come from different matrices. Every lane of the warp must call.
-///
-/// `x_scale` (called by the whole warp once, after the first step's loads are issued, so they
-/// are in flight while it waits) is `Some(k)` for an input whose RMSNorm was deferred
-/// (`residual_norm`): its blocks hold `x ⊙ g` with `d`, `d·Σq` in full f32, and each pair
-/// becomes `k·d`, `k·d·Σq` rounded to f16 as the norm kernel's own blocks are, so the dots are
-/// what the undeferred norm gives, bar float rounding (codes are scale-free).
 #[inline(always)]
 unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
     w: &[WeightRow; R],
     x: (*const u32, *const f32),
     nb: usize,
-    x_scale: impl Fn() -> Option<f32>,
 ) -> [f32; R] {
     let (xq_row, xds_row) = x;
     let mut acc = [0f32; R];
-    let mut k = None;
-    // `base` is warp-uniform, so every lane is in the first step when `x_scale` takes its warp
-    // sums; each lane's blocks are `base + lane + 32u`.
-    let mut base = 0;
+    let mut b0 = lane() as usize;
     // `unroll` writes the loops over U and R out, so these arrays stay in registers (a rolled
     // loop would index them at run time and put them in local memory).
-    while base < nb {
-        let b0 = base + lane() as usize;
+    while b0 < nb {
         let mut xw = [[0u32; 8]; U];
         let mut xd = [(0f32, 0f32); U];
         let mut wq = [[[0u32; 8]; U]; R];
@@ -326,12 +315,6 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
                 });
             }
         });
-        if base == 0 {
-            k = x_scale();
-        }
-        if let Some(k) = k {
-            unroll::<U>(|u| xd[u] = (f16_round(xd[u].0 * k), f16_round(xd[u].1 * k)));
-        }
         unroll::<U>(|u| {
             let b = b0 + u * WARP as usize;
             if b < nb {
@@ -343,7 +326,7 @@ unsafe fn warp_dots<F: SplitFormat, const R: usize, const U: usize>(
                 });
             }
         });
-        base += U * WARP as usize;
+        b0 += U * WARP as usize;
     }
     unroll::<R>(|r| acc[r] = warp_sum(acc[r]));
     acc
@@ -371,13 +354,12 @@ pub(crate) unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const 
     w: &[WeightRow; R],
     x: (*const u32, *const f32),
     nb: usize,
-    x_scale: impl Fn() -> Option<f32>,
 ) -> [f32; R] {
     unsafe {
         match P::MATVEC_BLOCKS_IN_FLIGHT {
-            1 => warp_dots::<F, R, 1>(w, x, nb, x_scale),
-            2 => warp_dots::<F, R, 2>(w, x, nb, x_scale),
-            _ => warp_dots::<F, R, 4>(w, x, nb, x_scale),
+            1 => warp_dots::<F, R, 1>(w, x, nb),
+            2 => warp_dots::<F, R, 2>(w, x, nb),
+            _ => warp_dots::<F, R, 4>(w, x, nb),
         }
     }
 }
@@ -531,10 +513,11 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
             row: row0 + r,
             live: row0 + r < rows,
         });
-        let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, x, nb, || scale.finish(partials)) };
+        let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, x, nb) };
+        let k = scale.finish(partials);
         for (r, s) in dots.iter().enumerate() {
             if lane() == 0 && w[r].live {
-                unsafe { *y.add(t * rows + row0 + r) = *s };
+                unsafe { *y.add(t * rows + row0 + r) = *s * k };
             }
         }
         group += grid_dim();
@@ -626,9 +609,9 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
     let mut r = warp_id() as usize;
     while r < QK {
         let gate_up = ((gate_qs, gate_scales), (up_qs, up_scales));
-        let x_scale = || scale.finish(partials);
-        let [g, u] = unsafe { swiglu_dots::<P, F>(gate_up, x, row0 + r, true, nb, x_scale) };
-        let v = silu(g) * u;
+        let [g, u] = unsafe { swiglu_dots::<P, F>(gate_up, x, row0 + r, true, nb) };
+        let k = scale.finish(partials);
+        let v = silu(g * k) * (u * k);
         if lane() == 0 {
             unsafe { *parked.add(r) = v };
         }
@@ -667,9 +650,9 @@ pub(crate) unsafe fn swiglu_rows<P: TargetPolicy, F: SplitFormat>(
     while group * warps < rows {
         let row = group * warps + warp_id() as usize;
         let live = row < rows;
-        let x_scale = || scale.finish(partials);
-        let [g, u] = unsafe { swiglu_dots::<P, F>((gate, up), x, first + row, live, nb, x_scale) };
-        let v = silu(g) * u;
+        let [g, u] = unsafe { swiglu_dots::<P, F>((gate, up), x, first + row, live, nb) };
+        let k = scale.finish(partials);
+        let v = silu(g * k) * (u * k);
         if lane() == 0 && live {
             unsafe { *y.add(row) = v };
         }
@@ -687,7 +670,6 @@ unsafe fn swiglu_dots<P: TargetPolicy, F: SplitFormat>(
     row: usize,
     live: bool,
     nb: usize,
-    x_scale: impl Fn() -> Option<f32>,
 ) -> [f32; 2] {
     let w = [gate, up].map(|(qs, scales)| WeightRow {
         qs,
@@ -695,7 +677,7 @@ unsafe fn swiglu_dots<P: TargetPolicy, F: SplitFormat>(
         row,
         live,
     });
-    unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb, x_scale) }
+    unsafe { warp_dots_in_flight::<P, F, 2>(&w, x, nb) }
 }
 
 /// `y` (`n × rows`) = `x` · Wᵀ with W in split layout `F` and `x` f32, not quantized: each

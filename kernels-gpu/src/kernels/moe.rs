@@ -430,7 +430,7 @@ unsafe fn sorted_dots<P: TargetPolicy, F: SplitFormat, const R: usize>(
         row: e * rows + row,
         live,
     });
-    let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, act_row(slot, t), nb, || None) };
+    let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, act_row(slot, t), nb) };
     (slot, row, live, dots)
 }
 

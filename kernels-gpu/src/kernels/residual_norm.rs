@@ -4,12 +4,10 @@
 //! separate kernel it is a dependent node between the projection that writes `x` and the ones
 //! that read `norm(x)` (~1.9 µs per node on 0.6B in the replayed graph, session 21). Here the
 //! producer, the projection adding into `x`, writes `h = x ⊙ g` (not yet scaled), its Q8_1
-//! blocks (their `d` and `d·Σq` in full f32) and, per 32 rows, `Σx²`; each consumer mat-vec
-//! sums those partials and scales every block's `d`, `d·Σq` by `1/rms`, rounding them to f16
-//! as the norm kernel's own blocks are. The codes of `x ⊙ g` are those of `x ⊙ g / rms` (a
-//! block's codes do not depend on its scale), so the consumers' dot products are what the
-//! undeferred norm gives, bar float rounding: the deferral changes no rounding step, and the
-//! CPU backend, which norms first, computes the same thing.
+//! blocks and, per 32 rows, `Σx²`; each consumer mat-vec sums those partials and multiplies
+//! its dot products by `1/rms`. Dot products are linear in the activations, so this is the
+//! norm's value up to float rounding (the activation codes quantize `x ⊙ g`, whose 32-blocks
+//! have the same codes as `x ⊙ g / rms` but for rounding).
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat};
 use crate::kernels::matvec::{
@@ -63,16 +61,16 @@ impl NormScale {
         p
     }
 
-    /// `1/rms` of the row from the partials [`start`](Self::start) loaded (`None` when there
-    /// are none: the input is normalized already): the arithmetic of the norm kernels
-    /// (`inv_rms_of`, f64), so it has their bits. All lanes must call.
+    /// `1/rms` of the row from the partials [`start`](Self::start) loaded (1 when there are
+    /// none): the arithmetic of the norm kernels (`inv_rms_of`, f64), so it has their bits.
+    /// All lanes must call.
     #[inline(always)]
-    pub fn finish(self, p: [f64; LANE_PARTS]) -> Option<f32> {
+    pub fn finish(self, p: [f64; LANE_PARTS]) -> f32 {
         if self.parts == 0 {
-            return None;
+            return 1.0;
         }
         let ss = warp_sum_f64(p.iter().sum());
-        Some(inv_rms_of(ss, self.cols, self.eps))
+        inv_rms_of(ss, self.cols, self.eps)
     }
 }
 
@@ -114,7 +112,7 @@ pub unsafe fn matvec_add_norm_q8<P: TargetPolicy, F: SplitFormat>(
         row: first + r,
         live: true,
     });
-    let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, a, nb, || None) };
+    let dots = unsafe { warp_dots_in_flight::<P, F, R>(&w, a, nb) };
     let parked: *mut f32 = shared_mem();
     if lane() == 0 {
         for (r, d) in dots.iter().enumerate() {
