@@ -768,11 +768,10 @@ fn cuda_backend_on_host_grid_matches_cpu_backend() {
     for s in cases {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
-        // The f32 attention kernel and the tensor-core pass 1 (head_dim 64 here; its f16
-        // operands carry their remainders in the mma's spare rows), in split-KV's two launches
-        // and in the one-launch form for short histories: the same arithmetic as the CPU
-        // backend's, up to float rounding.
-        for (mma, short, tol) in [(false, 0, 1e-4), (true, 0, 1e-4), (true, 1 << 20, 1e-4)] {
+        // With the f32 attention kernel: the same arithmetic up to float rounding. With the
+        // tensor-core pass 1 (head_dim 64 here): its f16 operands, ~1e-3, in split-KV's two
+        // launches and in the one-launch form for short histories.
+        for (mma, short, tol) in [(false, 0, 1e-4), (true, 0, 5e-3), (true, 1 << 20, 5e-3)] {
             let cuda = Cuda::host::<policies::Hopper>()
                 .with_attention_mma(mma)
                 .with_attention_short_max(short)

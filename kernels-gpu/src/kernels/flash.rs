@@ -13,10 +13,6 @@
 //! [`attention_chunks_mma`] is split-KV decode's pass 1 on the same tensor-core steps: the M
 //! rows of an mma are a KV group's query heads instead of 16 tokens, so one mma scores eight
 //! positions for all of them where the f32 kernel reduces each (row, head) dot by butterflies.
-//! A group has at most 8 heads, so rows 8–15 of each mma are spare; they carry what f16 rounding
-//! left out of the query and the probabilities (`x − f16(x)`, itself in f16), so decode's
-//! operands hold ~22 bits and its scores and outputs are f32-accurate (K and V are f16 in the
-//! cache) at no extra mma: decode attention agrees with the f32 kernel and the CPU backend.
 use crate::device::*;
 use crate::kernels::attention::{
     STATS, SplitBlock, kv_row, merge_floats, merge_slots, record_floats,
@@ -90,15 +86,6 @@ type Args = (
 #[inline(always)]
 fn pack(lo: f32, hi: f32) -> u32 {
     f32_to_f16(lo) as u32 | (f32_to_f16(hi) as u32) << 16
-}
-
-/// Two f32 as two fragment registers of f16 pairs, `[hi, lo]`: `hi` their f16 roundings, `lo`
-/// the f16 roundings of the remainders (exact in f32), so `hi + lo` is within ~2⁻²² of each value
-/// (or 2⁻²⁵ absolute where a remainder falls below f16's normal range).
-#[inline(always)]
-fn pack_split(a: f32, b: f32) -> [u32; 2] {
-    let (ha, hb) = (f16_round(a), f16_round(b));
-    [pack(ha, hb), pack(a - ha, b - hb)]
 }
 
 #[inline(always)]
@@ -281,9 +268,8 @@ pub const fn short_rope_smem_bytes<P: TargetPolicy>(per_block: u32, head_dim: u3
 /// records, merged by [`attention_combine`]), for [`flash_supports`]`(head_dim)`. The block
 /// copies its split's K/V rows into shared memory (`cp.async`, all in flight at once); warp
 /// `w` then takes positions `16w, 16w + 16·warps, ...`: `S = Q·Kᵀ` for the group's heads (rows
-/// `g < heads in block` of the mma, rows `g + 8` their f16 remainders), an online softmax per
-/// head, `O += P·V` — as [`flash_prefill`]'s tile steps. The warps' partials merge in shared
-/// memory.
+/// `g < heads in block` of the mma, the other rows zero), an online softmax per head, `O += P·V`
+/// — as [`flash_prefill`]'s tile steps. The warps' partials merge in shared memory.
 ///
 /// [`attention_chunks`]: crate::kernels::attention::attention_chunks
 /// [`attention_combine`]: crate::kernels::attention::attention_combine
@@ -482,8 +468,8 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
     } = b;
     let (g, tq) = (lane() / 4, lane() % 4);
     // Q as A fragments, pre-scaled into the exp2 domain: row g is head h0 + g, its row at
-    // `rows + g·D` (zero past the block's heads), in f16; row g + 8 the same head's remainder
-    // (a block has at most `MAX_GROUP` < 8 heads), so row g's score is c[i] + c[i + 2].
+    // `rows + g·D` (zero past the block's heads), rows g + 8 are zero (a block has at most
+    // `MAX_GROUP` < 8 heads).
     let q_fragments = |rows: *const f32| {
         let qv = |d: u32| {
             let x = if g < gs {
@@ -496,11 +482,7 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
         let mut qa = [[0u32; 4]; KS];
         unroll::<KS>(|ks| {
             let d = 16 * ks as u32 + 2 * tq;
-            let ([h0, l0], [h8, l8]) = (
-                pack_split(qv(d), qv(d + 1)),
-                pack_split(qv(d + 8), qv(d + 9)),
-            );
-            qa[ks] = [h0, l0, h8, l8];
+            qa[ks] = [pack(qv(d), qv(d + 1)), 0, pack(qv(d + 8), qv(d + 9)), 0];
         });
         qa
     };
@@ -587,9 +569,6 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
                     };
                     s[nt] = mma_m16n8k16_f32_f16(qa[ks], b, s[nt]);
                 });
-                // Row g's scores: the f16 query's plus its remainder's (row g + 8).
-                s[nt][0] += s[nt][2];
-                s[nt][1] += s[nt][3];
             });
             // Online softmax of row g: this lane holds positions 2tq, 2tq + 1 of each n-tile,
             // the quad the other six; position `sub` is always visible, so the max is finite.
@@ -613,11 +592,12 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
             });
             l = l * old + sum;
             m = new;
-            unroll::<ND>(|nd| o[nd] = o[nd].map(|x| x * old));
-            // O += P·V, V as in `flash_prefill`: row g of P in f16, row g + 8 its remainder, so
-            // row g of O is c[i] + c[i + 2] (summed once, at the end).
-            let ([h0, l0], [h8, l8]) = (pack_split(s[0][0], s[0][1]), pack_split(s[1][0], s[1][1]));
-            let pa = [h0, l0, h8, l8];
+            unroll::<ND>(|nd| {
+                o[nd][0] *= old;
+                o[nd][1] *= old;
+            });
+            // O += P·V: rows g + 8 of P are zero; V as in `flash_prefill`.
+            let pa = [pack(s[0][0], s[0][1]), 0, pack(s[1][0], s[1][1]), 0];
             let vrow = |dr: u32, col: u32| unsafe {
                 *vs_mem.add(((sub + 2 * tq + dr) * stride + col) as usize)
             } as u32;
@@ -644,7 +624,7 @@ unsafe fn split_body<P: TargetPolicy, const D: u32, const KS: usize, const ND: u
         unroll::<ND>(|nd| {
             unroll::<2>(|i| {
                 let d = 8 * nd as u32 + 2 * tq + i as u32;
-                unsafe { *rec.add((STATS + d) as usize) = o[nd][i] + o[nd][i + 2] };
+                unsafe { *rec.add((STATS + d) as usize) = o[nd][i] };
             })
         });
     }
