@@ -1905,14 +1905,16 @@ fn q5_0_as_q8_0(data: &[u8], name: &str) -> Result<Vec<u8>> {
     NOTED.call_once(|| {
         eprintln!("kiln: Q5_0 weights run as Q8_0 on the GPU (every weight exact; 8.5 bits per weight instead of 5.5)")
     });
-    // 1024 blocks per task: whole blocks on both sides.
-    let (from, to) = (1024 * 22, 1024 * 34);
+    use kernels_gpu::quant::{BlockQ5_0, BlockQ8_0, QuantBlock};
+    let (q5, q8) = (BlockQ5_0::BYTES, BlockQ8_0::BYTES);
     ensure!(
-        data.len().is_multiple_of(22),
+        data.len().is_multiple_of(q5),
         "tensor {name}: {} bytes are not whole Q5_0 blocks",
         data.len()
     );
-    let mut out = vec![0u8; data.len() / 22 * 34];
+    let mut out = vec![0u8; data.len() / q5 * q8];
+    // 1024 blocks per task: whole blocks on both sides.
+    let (from, to) = (1024 * q5, 1024 * q8);
     out.par_chunks_mut(to)
         .zip(data.par_chunks(from))
         .try_for_each(|(dst, src)| reblock::q5_0_as_q8_0(src, dst))
@@ -1953,10 +1955,6 @@ fn reblock_rows(
     }
 }
 
-/// A tensor of a format the GPU has no kernels for (BF16, Q5_1, or a K-quant whose scales
-/// overflow f16), dequantized on the host and stored as f16 (the f16 mat-vec and embedding
-/// kernels take it): it runs, at 2 bytes per weight instead of 0.56–0.82. Said once per process
-/// on stderr, since VRAM and speed are not what the file's size suggests.
 /// The GEMM entries of split format `ty` (main and deep k-stages) and its quant and staged
 /// scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
 fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {
@@ -1997,6 +1995,10 @@ fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {
     }
 }
 
+/// A tensor of a format the GPU has no kernels for (BF16, Q5_1, or a K-quant whose scales
+/// overflow f16), dequantized on the host and stored as f16 (the f16 mat-vec and embedding
+/// kernels take it): it runs, at 2 bytes per weight instead of 0.56–0.82. Said once per process
+/// on stderr, since VRAM and speed are not what the file's size suggests.
 fn widen_to_f16(
     ty: GgmlType,
     data: &[u8],
