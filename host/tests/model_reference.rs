@@ -843,47 +843,45 @@ fn fused_short_attention_on_cuda_host_grid_matches_two_launches() {
 #[test]
 fn l2_prefetch_on_cuda_host_grid_changes_nothing() {
     use kiln_host::backend::cuda::Cuda;
-    {
-        let s = Synth {
-            ty: GgmlType::Q4_0,
-            ..QWEN3
-        };
-        let (file, _) = build(&s);
-        let run = |budget: usize| {
-            let cuda = Cuda::host::<policies::Hopper>().with_l2_prefetch(budget);
-            let model = models::load(&cuda, &file, &mut |_, _| {}).unwrap();
-            let mut cache = cuda.kv_cache(&model.config().kv_spec(32)).unwrap();
-            let logits: Vec<Vec<f32>> = TOKENS
-                .iter()
-                .enumerate()
-                .map(|(pos, &t)| {
-                    let out = cuda
-                        .step(&mut cache, &[t], pos, &mut |b, c| {
-                            model.forward(b, c, &[t], pos, Logits::Last)
-                        })
-                        .unwrap();
-                    cuda.read(&out).unwrap()
-                })
-                .collect();
-            let name = kernels_gpu::entries::names::kiln_prefetch_ranges;
-            (logits, cuda.gpu().host_launches(name))
-        };
-        let (off, none) = run(0);
-        let want = s.n_layer * TOKENS.len();
-        for budget in [1 << 30, 3000] {
-            let (on, launches) = run(budget);
-            assert!(
-                launches == want && none == 0,
-                "{}: prefetch ran {launches} times with {budget} bytes (want {want}), {none} off",
-                s.arch
-            );
-            assert!(
-                on == off,
-                "{} {:?}: prefetch ({budget} bytes) changed the logits",
-                s.arch,
-                s.ty
-            );
-        }
+    let s = Synth {
+        ty: GgmlType::Q4_0,
+        ..QWEN3
+    };
+    let (file, _) = build(&s);
+    let run = |budget: usize| {
+        let cuda = Cuda::host::<policies::Hopper>().with_l2_prefetch(budget);
+        let model = models::load(&cuda, &file, &mut |_, _| {}).unwrap();
+        let mut cache = cuda.kv_cache(&model.config().kv_spec(32)).unwrap();
+        let logits: Vec<Vec<f32>> = TOKENS
+            .iter()
+            .enumerate()
+            .map(|(pos, &t)| {
+                let out = cuda
+                    .step(&mut cache, &[t], pos, &mut |b, c| {
+                        model.forward(b, c, &[t], pos, Logits::Last)
+                    })
+                    .unwrap();
+                cuda.read(&out).unwrap()
+            })
+            .collect();
+        let name = kernels_gpu::entries::names::kiln_prefetch_ranges;
+        (logits, cuda.gpu().host_launches(name))
+    };
+    let (off, none) = run(0);
+    let want = s.n_layer * TOKENS.len();
+    for budget in [1 << 30, 3000] {
+        let (on, launches) = run(budget);
+        assert!(
+            launches == want && none == 0,
+            "{}: prefetch ran {launches} times with {budget} bytes (want {want}), {none} off",
+            s.arch
+        );
+        assert!(
+            on == off,
+            "{} {:?}: prefetch ({budget} bytes) changed the logits",
+            s.arch,
+            s.ty
+        );
     }
 }
 

@@ -132,8 +132,9 @@ pub struct Cuda {
     norm_defer_rows: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
-    /// Most weight bytes a decode step's [`Backend::prefetch`] asks L2 for at a time (0: the
-    /// hint is ignored); `KILN_L2_PREFETCH` (MiB) sets it: the A/B switch.
+    /// Most weight bytes a decode step's [`Backend::prefetch`] asks L2 for at a time (the
+    /// policy's `DECODE_L2_PREFETCH_MIB`; 0: the hint is ignored); `KILN_L2_PREFETCH` (MiB)
+    /// overrides it: the A/B switch.
     l2_prefetch_bytes: usize,
     /// `kiln_prefetch_ranges`' (address, length) tables by content, uploaded once: recorded
     /// steps address them.
@@ -209,6 +210,7 @@ impl Cuda {
         } else {
             0
         };
+        let l2_prefetch_bytes = gpu.shapes().decode_l2_prefetch_bytes();
         let steps = Steps {
             buf,
             in_step: false,
@@ -236,7 +238,7 @@ impl Cuda {
             attention_short_rope: true,
             norm_defer_rows,
             rope_factors: RefCell::default(),
-            l2_prefetch_bytes: 0,
+            l2_prefetch_bytes,
             prefetch_tables: RefCell::default(),
         })
     }
