@@ -1,6 +1,5 @@
 //! Properties of `kernels/elementwise.rs`: RoPE (normal and NeoX, full and partial rotary),
-//! SwiGLU, residual add, embedding lookup from every table format, the f16 KV-cache store, and the
-//! L2 prefetch of byte ranges.
+//! SwiGLU, residual add, embedding lookup from every table format, and the f16 KV-cache store.
 //! Thread counts are rarely a multiple of the block size, so the tail guard is always tested.
 mod common;
 
@@ -406,59 +405,6 @@ fn kv_store(dev: &mut dyn Device, c: &KvCase) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[derive(Clone, Debug)]
-struct PrefetchCase {
-    /// (start offset, length) of each range in a 64 KiB buffer; starts 16-byte aligned, as
-    /// the split planes' are.
-    ranges: Vec<(u32, u32)>,
-    /// Grid blocks: fewer threads than lines, or more.
-    blocks: u32,
-}
-
-fn prefetch_case() -> impl Strategy<Value = PrefetchCase> {
-    let range = (0..2048u32, 0..20_000u32).prop_map(|(at, len)| (at * 16, len));
-    (prop::collection::vec(range, 0..=16), 1..=5u32)
-        .prop_map(|(ranges, blocks)| PrefetchCase { ranges, blocks })
-}
-
-/// `prefetch_ranges`: every 128-byte line from each range's start up to its end is asked for
-/// exactly once per range, nothing past a range, the memory unchanged. The host executor logs
-/// the lines (it has no cache); on the GPU the launch must complete and write nothing.
-fn prefetch(dev: &mut dyn Device, c: &PrefetchCase) -> Result<(), TestCaseError> {
-    let mut g = Gen::new(c.blocks as u64);
-    let mem: Vec<u8> = (0..65_536 + 20_000).map(|_| g.byte()).collect();
-    let mb = upload(dev, &mem);
-    let table: Vec<u64> = c
-        .ranges
-        .iter()
-        .flat_map(|&(at, len)| [mb.ptr + at as u64, len as u64])
-        .collect();
-    let tb = upload(dev, &table);
-    let threads = c.blocks * dev.shapes().flat(1).block;
-    let args = [tb.arg(), Arg::U32(c.ranges.len() as u32)];
-    let dims = dev.shapes().flat(threads);
-    let span = mb.ptr as usize..mb.ptr as usize + mem.len();
-    if dev.label().starts_with("host") {
-        let mut asked = kernels_gpu::device::host::prefetched_in(span, || {
-            dev.launch(names::kiln_prefetch_ranges, dims, &args)
-        });
-        let mut want: Vec<usize> = c
-            .ranges
-            .iter()
-            .flat_map(|&(at, len)| {
-                (0..len.div_ceil(128)).map(move |l| mb.ptr as usize + (at + l * 128) as usize)
-            })
-            .collect();
-        asked.sort_unstable();
-        want.sort_unstable();
-        prop_assert_eq!(asked, want, "lines asked for, ranges {:?}", c.ranges);
-    } else {
-        dev.launch(names::kiln_prefetch_ranges, dims, &args);
-    }
-    prop_assert!(download::<u8>(dev, &mb) == mem, "prefetch changed memory");
-    Ok(())
-}
-
 kernel_properties! {
     host_rope, gpu_rope: rope_case() => rope;
     host_swiglu, gpu_swiglu: flat_case() => swiglu;
@@ -466,7 +412,6 @@ kernel_properties! {
     host_add_row, gpu_add_row: row_case() => add_row;
     host_embed, gpu_embed: embed_case() => embed;
     host_kv_store, gpu_kv_store: kv_case() => kv_store;
-    host_prefetch, gpu_prefetch: prefetch_case() => prefetch;
 }
 
 /// Long contexts and many heads: GPU only.

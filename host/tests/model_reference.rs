@@ -836,55 +836,6 @@ fn fused_short_attention_on_cuda_host_grid_matches_two_launches() {
     }
 }
 
-/// The L2 prefetch hint (`Backend::prefetch`, `kiln_prefetch_ranges` on CUDA) changes no
-/// result: decode steps through `Backend::step` with a budget that takes whole layers, one
-/// that cuts a weight short, and none give the same logits bit for bit, and the kernel ran
-/// once per block and step only when on.
-#[test]
-fn l2_prefetch_on_cuda_host_grid_changes_nothing() {
-    use kiln_host::backend::cuda::Cuda;
-    let s = Synth {
-        ty: GgmlType::Q4_0,
-        ..QWEN3
-    };
-    let (file, _) = build(&s);
-    let run = |budget: usize| {
-        let cuda = Cuda::host::<policies::Hopper>().with_l2_prefetch(budget);
-        let model = models::load(&cuda, &file, &mut |_, _| {}).unwrap();
-        let mut cache = cuda.kv_cache(&model.config().kv_spec(32)).unwrap();
-        let logits: Vec<Vec<f32>> = TOKENS
-            .iter()
-            .enumerate()
-            .map(|(pos, &t)| {
-                let out = cuda
-                    .step(&mut cache, &[t], pos, &mut |b, c| {
-                        model.forward(b, c, &[t], pos, Logits::Last)
-                    })
-                    .unwrap();
-                cuda.read(&out).unwrap()
-            })
-            .collect();
-        let name = kernels_gpu::entries::names::kiln_prefetch_ranges;
-        (logits, cuda.gpu().host_launches(name))
-    };
-    let (off, none) = run(0);
-    let want = s.n_layer * TOKENS.len();
-    for budget in [1 << 30, 3000] {
-        let (on, launches) = run(budget);
-        assert!(
-            launches == want && none == 0,
-            "{}: prefetch ran {launches} times with {budget} bytes (want {want}), {none} off",
-            s.arch
-        );
-        assert!(
-            on == off,
-            "{} {:?}: prefetch ({budget} bytes) changed the logits",
-            s.arch,
-            s.ty
-        );
-    }
-}
-
 /// With the norms folded into the residual projections (`kiln_matvec_add_norm_q8_*`, Hopper's
 /// default): the activation codes quantize `x ⊙ g` instead of `x ⊙ g / rms`, the same values
 /// but for float rounding, which flips an occasional code. So the CUDA backend is held to the

@@ -260,7 +260,6 @@ kernel_table! {
     kiln_to_f16 = ew::to_f16 [] (x: *const f32, h: *mut u32, pairs: u32);
     kiln_add_assign = ew::add_assign [] (acc: *mut f32, x: *const f32, len: u32);
     kiln_add_row = ew::add_row [] (acc: *mut f32, row: *const f32, cols: u32, len: u32);
-    kiln_prefetch_ranges = ew::prefetch_ranges [] (ranges: *const u64, n: u32) waits_itself;
     kiln_embed_q4_0 = ew::embed_split [formats::Q4_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q4_1 = ew::embed_split [formats::Q4_1] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);
     kiln_embed_q8_0 = ew::embed_split [formats::Q8_0] (qs: *const u8, scales: *const u8, ids: *const u32, out: *mut f32, cols: u32, threads: u32);

@@ -102,9 +102,6 @@ pub trait TargetPolicy: 'static {
     const NORM_DEFER: bool = false;
     /// Widest residual stream (the projection's rows) [`NORM_DEFER`](Self::NORM_DEFER) takes.
     const NORM_DEFER_MAX_ROWS: u32 = 0;
-    /// Most weight MiB a decode step asks L2 for while its RoPE and attention run
-    /// (`kiln_prefetch_ranges`, the weights read after them; 0: no prefetch launch).
-    const DECODE_L2_PREFETCH_MIB: u32 = 0;
     /// Width of one global load, in bytes (16 = `ld.global.v4.u32`).
     const VECTOR_BYTES: u32;
 
@@ -199,7 +196,6 @@ macro_rules! gemm_variant {
             const SWIGLU_Q8_MAX_ROWS_PER_WARP: u32 = P::SWIGLU_Q8_MAX_ROWS_PER_WARP;
             const NORM_DEFER: bool = P::NORM_DEFER;
             const NORM_DEFER_MAX_ROWS: u32 = P::NORM_DEFER_MAX_ROWS;
-            const DECODE_L2_PREFETCH_MIB: u32 = P::DECODE_L2_PREFETCH_MIB;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
             const TILE_M: u32 = P::TILE_M;

@@ -56,7 +56,6 @@ impl Pod for f32 {}
 impl Pod for u32 {}
 impl Pod for u16 {}
 impl Pod for u8 {}
-impl Pod for u64 {}
 impl Pod for i8 {}
 impl Pod for f64 {}
 

@@ -22,7 +22,6 @@ use kernels_gpu::entries::families::{
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
-use kernels_gpu::kernels::elementwise::PREFETCH_MAX_RANGES;
 use kernels_gpu::kernels::flash;
 use kernels_gpu::kernels::formats::{self, SplitFormat};
 use kernels_gpu::kernels::launch::Dims;
@@ -58,8 +57,6 @@ struct Steps {
     buf: DBuf<u32>,
     /// Inside [`Backend::step`]: `buf` already holds this step's position and tokens.
     in_step: bool,
-    /// The token count of the step inside [`Backend::step`].
-    tokens: usize,
     /// Step shapes (cache, tokens) run once eagerly: their buffers are in the pool, so a
     /// recording of the next one allocates nothing.
     warm: HashSet<StepKey>,
@@ -132,13 +129,6 @@ pub struct Cuda {
     norm_defer_rows: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
     rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
-    /// Most weight bytes a decode step's [`Backend::prefetch`] asks L2 for at a time (the
-    /// policy's `DECODE_L2_PREFETCH_MIB`; 0: the hint is ignored); `KILN_L2_PREFETCH` (MiB)
-    /// overrides it: the A/B switch.
-    l2_prefetch_bytes: usize,
-    /// `kiln_prefetch_ranges`' (address, length) tables by content, uploaded once: recorded
-    /// steps address them.
-    prefetch_tables: RefCell<HashMap<Vec<u64>, DBuf<u64>>>,
 }
 
 impl Cuda {
@@ -169,19 +159,10 @@ impl Cuda {
             })?,
             Err(_) => base.attention_short_max,
         };
-        let l2_prefetch_bytes = match std::env::var("KILN_L2_PREFETCH") {
-            Ok(v) => {
-                v.parse::<usize>().map_err(|_| {
-                    anyhow::anyhow!("KILN_L2_PREFETCH={v}: expected a number of MiB (0 = off)")
-                })? << 20
-            }
-            Err(_) => base.l2_prefetch_bytes,
-        };
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
             norm_defer_rows,
-            l2_prefetch_bytes,
             attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
@@ -210,11 +191,9 @@ impl Cuda {
         } else {
             0
         };
-        let l2_prefetch_bytes = gpu.shapes().decode_l2_prefetch_bytes();
         let steps = Steps {
             buf,
             in_step: false,
-            tokens: 0,
             warm: HashSet::new(),
             graphs: HashMap::new(),
             vocab: None,
@@ -238,8 +217,6 @@ impl Cuda {
             attention_short_rope: true,
             norm_defer_rows,
             rope_factors: RefCell::default(),
-            l2_prefetch_bytes,
-            prefetch_tables: RefCell::default(),
         })
     }
     /// Uploads the named tensor: split quantized formats into device memory, or into mapped
@@ -327,12 +304,6 @@ impl Cuda {
     /// mode agrees to float rounding, since no 8-bit activation code can flip between them.
     pub fn with_f32_activations(mut self) -> Self {
         self.f32_activations = true;
-        self
-    }
-
-    /// Most weight bytes a decode step's [`Backend::prefetch`] hint asks L2 for (0: ignored).
-    pub fn with_l2_prefetch(mut self, bytes: usize) -> Self {
-        self.l2_prefetch_bytes = bytes;
         self
     }
 
@@ -1428,55 +1399,6 @@ impl Backend for Cuda {
         )
     }
 
-    /// Decode only (prefill's GEMMs keep L2 for their tiles): the weights' fronts, in the
-    /// order given, up to `l2_prefetch_bytes`; a weight cut short keeps the same share of each
-    /// plane (its kernel reads quants and scales of a row together).
-    fn prefetch(&self, ws: &[&CudaWeight]) -> Result<()> {
-        let decoding = {
-            let st = self.steps.borrow();
-            st.in_step && st.tokens <= FUSED_MAX_TOKENS
-        };
-        if self.l2_prefetch_bytes == 0 || !decoding {
-            return Ok(());
-        }
-        let mut left = self.l2_prefetch_bytes;
-        let mut table = Vec::new();
-        for w in ws {
-            let planes = match &w.storage {
-                Storage::Split { qs, scales, .. } => {
-                    vec![(qs.ptr(), qs.bytes()), (scales.ptr(), scales.bytes())]
-                }
-                Storage::F16(b) => vec![(b.ptr(), b.bytes())],
-                Storage::F32(b) => vec![(b.ptr(), b.bytes())],
-            };
-            let total: usize = planes.iter().map(|p| p.1).sum();
-            let take = total.min(left);
-            for (at, bytes) in planes {
-                let share = (bytes as u128 * take as u128 / total.max(1) as u128) as u64;
-                table.extend([at, share]);
-            }
-            left -= take;
-            if left == 0 {
-                break;
-            }
-        }
-        // Two planes a weight: a list past the kernel's table loses its last weights.
-        table.truncate(2 * PREFETCH_MAX_RANGES as usize);
-        let n = u32_arg(table.len() / 2, "prefetch ranges")?;
-        let mut tables = self.prefetch_tables.borrow_mut();
-        let buf = match tables.entry(table) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let b = self.gpu.upload(e.key())?;
-                e.insert(b)
-            }
-        };
-        let sh = self.gpu.shapes();
-        let dims = sh.flat(self.gpu.sm_count() * sh.flat(1).block);
-        self.gpu
-            .launch(names::kiln_prefetch_ranges, dims, &[buf.arg(), n])
-    }
-
     fn add_row(&self, x: &mut CudaTensor, row: &CudaTensor) -> Result<()> {
         check_row(x, row)?;
         let n = x.len();
@@ -1923,11 +1845,7 @@ impl Backend for Cuda {
         if recorded {
             return self.replay(key, tokens);
         }
-        {
-            let mut st = self.steps.borrow_mut();
-            st.in_step = true;
-            st.tokens = n;
-        }
+        self.steps.borrow_mut().in_step = true;
         let result = if record {
             self.record(key, cache, run)
         } else {

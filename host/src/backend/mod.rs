@@ -280,14 +280,6 @@ pub trait Backend {
         self.attention(cache, layer, &q, &k, v, pos, attn)
     }
 
-    /// A hint: `ws` are read next, in this order, after ops that leave memory bandwidth idle
-    /// (a decode step's RoPE and attention): a device backend may start moving their bytes into
-    /// its cache meanwhile. No result depends on it.
-    fn prefetch(&self, ws: &[&Self::Weight]) -> Result<()> {
-        let _ = ws;
-        Ok(())
-    }
-
     /// Mixture-of-experts routing of each row of the router logits `[n, n_expert]`: softmax,
     /// then the `n_used` largest probabilities (ranked by logit, the lower index first on
     /// ties), rescaled to sum to 1 with `norm_weights`. Returns `[n, 2·n_used]`: per row the chosen experts' indices

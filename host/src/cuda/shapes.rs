@@ -32,8 +32,6 @@ pub trait LaunchShapes: Send + Sync {
     /// The policy's `NORM_DEFER` and `NORM_DEFER_MAX_ROWS`.
     fn norm_defer(&self) -> bool;
     fn norm_defer_max_rows(&self) -> u32;
-    /// The policy's `DECODE_L2_PREFETCH_MIB`, in bytes.
-    fn decode_l2_prefetch_bytes(&self) -> usize;
     /// Row argmax pass 1 (blocks per row: [`LaunchShapes::argmax_parts`]) and pass 2.
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims;
     fn argmax_parts(&self, cols: u32) -> u32;
@@ -152,9 +150,6 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn norm_defer_max_rows(&self) -> u32 {
         P::NORM_DEFER_MAX_ROWS
-    }
-    fn decode_l2_prefetch_bytes(&self) -> usize {
-        (P::DECODE_L2_PREFETCH_MIB as usize) << 20
     }
     fn argmax_blocks(&self, rows: u32, cols: u32) -> Dims {
         launch::argmax_blocks::<P>(rows, cols)

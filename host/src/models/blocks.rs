@@ -76,11 +76,6 @@ impl<B: Backend> SelfAttn<B> {
         })
     }
 
-    /// The q/k/v projections' weights, in the order a step reads them.
-    pub fn qkv_weights(&self) -> [&B::Weight; 3] {
-        [&self.wq, &self.wk, &self.wv]
-    }
-
     /// Projects the normed hidden state to queries, keys and values.
     pub fn qkv(&self, b: &B, h: &B::Tensor) -> Result<(B::Tensor, B::Tensor, B::Tensor)> {
         let [q, k, v]: [B::Tensor; 3] = b
@@ -168,15 +163,6 @@ impl<B: Backend> FeedForward<B> {
             Some(e) => FeedForward::Experts(MoeSwiGlu::load(l, layer, c, e)?),
             None => FeedForward::Dense(SwiGlu::load(l, layer, c)?),
         })
-    }
-
-    /// The weights a step reads whatever the input: the SwiGLU's, or the router's (the
-    /// experts depend on the routing).
-    pub fn fixed_weights(&self) -> Vec<&B::Weight> {
-        match self {
-            FeedForward::Dense(f) => vec![&f.gate, &f.up, &f.down],
-            FeedForward::Experts(f) => vec![&f.router],
-        }
     }
 
     /// `x += ffn(h)`, then `next(x)` when the norm after it is given.
@@ -278,7 +264,6 @@ impl<B: Backend> DecoderBlock<B> {
     /// `x += attn(h)` with `h = attn_norm(x)` given, then `x += ffn(ffn_norm(x))`; returns
     /// `next(x)` of the new `x` when the norm after the block is given (the next block's
     /// `attn_norm` or the head's), which a backend may fold into the block's last projection.
-    /// `after` are the weights the step reads after this block's (the next block's q/k/v).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -290,15 +275,8 @@ impl<B: Backend> DecoderBlock<B> {
         pos: usize,
         c: &Config,
         next: Option<&B::Weight>,
-        after: &[&B::Weight],
     ) -> Result<Option<B::Tensor>> {
         let (q, k, v) = self.attn.qkv(b, h)?;
-        // RoPE and attention read little memory: the weights read after them can be on
-        // their way meanwhile.
-        let mut ahead = vec![&self.attn.wo];
-        ahead.extend(self.ffn.fixed_weights());
-        ahead.extend_from_slice(after);
-        b.prefetch(&ahead)?;
         // The norm weights are head_dim long, so each head is normalized separately.
         let qk_norm = self.qk_norm.as_ref().map(|(qn, kn)| (qn, kn, c.rms_eps));
         let a = b.rope_attention(
@@ -381,11 +359,7 @@ impl<B: Backend> Model<B> for Decoder<B> {
         for (layer, block) in self.blocks.iter().enumerate() {
             let steer = self.steering.get(layer).and_then(Option::as_ref);
             let next = steer.is_none().then(|| norm_after(layer));
-            let after = match self.blocks.get(layer + 1) {
-                Some(bl) => bl.attn.qkv_weights().to_vec(),
-                None => vec![&self.head.output],
-            };
-            h = match block.forward(b, cache, layer, &mut x, &h, pos, &self.cfg, next, &after)? {
+            h = match block.forward(b, cache, layer, &mut x, &h, pos, &self.cfg, next)? {
                 Some(h) => h,
                 None => {
                     if let Some(dir) = steer {

@@ -498,29 +498,7 @@ pub fn grid_dep_wait() {}
 
 pub fn grid_dep_launch_dependents() {}
 
-/// The host executor has no cache: while a test listens ([`prefetched_in`]), the lines kernels
-/// ask L2 for are logged instead, so which addresses a kernel prefetches can be checked.
-pub fn prefetch_line_l2(p: *const u8) {
-    if PREFETCH_LISTENERS.load(Ordering::SeqCst) > 0 {
-        PREFETCHES.lock().unwrap().push(p as usize);
-    }
-}
-
-static PREFETCHES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
-static PREFETCH_LISTENERS: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` and returns the addresses within `span` that kernels asked L2 for meanwhile, in
-/// the order asked (launches of other threads land in the log too, hence the span).
-pub fn prefetched_in(span: core::ops::Range<usize>, f: impl FnOnce()) -> Vec<usize> {
-    PREFETCH_LISTENERS.fetch_add(1, Ordering::SeqCst);
-    f();
-    let mut log = PREFETCHES.lock().unwrap();
-    let mine = log.iter().copied().filter(|a| span.contains(a)).collect();
-    if PREFETCH_LISTENERS.fetch_sub(1, Ordering::SeqCst) == 1 {
-        log.clear();
-    }
-    mine
-}
+pub fn prefetch_line_l2(_p: *const u8) {}
 
 pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
     assert!(

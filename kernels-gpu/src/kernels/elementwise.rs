@@ -110,45 +110,6 @@ pub unsafe fn add_assign<P: TargetPolicy>(acc: *mut f32, x: *const f32, len: u32
     }
 }
 
-/// Most ranges one [`prefetch_ranges`] launch takes: their table is one 64-bit word per lane.
-pub const PREFETCH_MAX_RANGES: u32 = WARP / 2;
-
-/// Asks L2 for the byte ranges `(ranges[2i], ranges[2i+1])` (device address, length), `i < n`
-/// (at most [`PREFETCH_MAX_RANGES`]), 128-byte line by line, every thread of the grid striding
-/// over each range in turn so the ranges' fronts go first. Decode launches it where the next
-/// ops (RoPE, attention) leave memory bandwidth idle, for the weights read after them. Each
-/// lane loads one word of the table and the warp shuffles them, so the table costs one round
-/// trip, not one per range. Under programmatic dependent launch it lets the next grid start at
-/// once but waits for the previous one before it exits: the next grid's own wait covers only
-/// this grid, so this grid must not end before its predecessor. Launch: any grid of whole warps.
-pub unsafe fn prefetch_ranges<P: TargetPolicy>(ranges: *const u64, n: u32) {
-    if P::HAS_PDL {
-        grid_dep_launch_dependents();
-    }
-    let n = n.min(PREFETCH_MAX_RANGES);
-    let word = if lane() < 2 * n {
-        unsafe { *ranges.add(lane() as usize) }
-    } else {
-        0
-    };
-    let shfl = |src: u32| {
-        let lo = shfl_idx_u32(word as u32, src) as u64;
-        lo | (shfl_idx_u32((word >> 32) as u32, src) as u64) << 32
-    };
-    let (me, threads) = (global_id() as usize, (grid_dim() * block_dim()) as usize);
-    for i in 0..n {
-        let (at, bytes) = (shfl(2 * i) as usize, shfl(2 * i + 1) as usize);
-        let mut line = me;
-        while line * 128 < bytes {
-            prefetch_line_l2((at + line * 128) as *const u8);
-            line += threads;
-        }
-    }
-    if P::HAS_PDL {
-        grid_dep_wait();
-    }
-}
-
 /// `acc[i] += row[i % cols]`: one row added to every row of `acc` (a control vector steering
 /// the residual stream). Threads: `len`.
 pub unsafe fn add_row<P: TargetPolicy>(acc: *mut f32, row: *const f32, cols: u32, len: u32) {
