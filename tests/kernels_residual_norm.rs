@@ -202,11 +202,11 @@ fn consumers(
         let (dims, k) = match wide {
             false => (
                 sh.matvec_multi(&c.out_rows, n as u32, u32::MAX / 64),
-                entry(c.fmt, families::MATVEC3),
+                entry(c.fmt, families::MATVEC3_NORM),
             ),
             true => (
                 sh.matvec_wide_multi(&c.out_rows, n as u32, u32::MAX / 64),
-                entry(c.fmt, families::MATVEC3_WIDE),
+                entry(c.fmt, families::MATVEC3_WIDE_NORM),
             ),
         };
         dev.launch(k, dims, &args);
@@ -252,7 +252,7 @@ fn consumers(
         .shapes()
         .matvec_multi(&[rows as u32], n as u32, u32::MAX / 64);
     let args = [&w[..], &[y_b.arg()], &shape[..], &scale[..]].concat();
-    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU), dims, &args);
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU_NORM), dims, &args);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu output", &y)?;
     let err: f64 = y
@@ -272,7 +272,7 @@ fn consumers(
         .matvec_swiglu_q8(rows as u32, n as u32, c.rows_per_warp);
     let out = [y_b.arg(), yq_b.arg(), yds_b.arg()];
     let args = [&w[..], &out[..], &shape[..], &scale[..]].concat();
-    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU_Q8), dims, &args);
+    dev.launch(entry(c.fmt, families::MATVEC_SWIGLU_Q8_NORM), dims, &args);
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "matvec_swiglu_q8 output", &y)?;
     let err: f64 = y

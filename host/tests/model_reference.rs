@@ -846,7 +846,7 @@ fn fused_short_attention_on_cuda_host_grid_matches_two_launches() {
 /// read it settled: `moe_on_cuda_host_grid_matches_cpu_backend` runs that.
 #[test]
 fn deferred_norms_on_cuda_host_grid_match_f64_reference() {
-    use kernels_gpu::entries::families::MATVEC_ADD_NORM_Q8;
+    use kernels_gpu::entries::families::{MATVEC_ADD_NORM_Q8, MATVEC3_NORM, MATVEC3_WIDE_NORM};
     use kiln_host::backend::cuda::Cuda;
     let cases = [
         Synth {
@@ -872,13 +872,14 @@ fn deferred_norms_on_cuda_host_grid_match_f64_reference() {
         let cpu = decode_steps(&Cpu::new(), &file, &TOKENS);
         let deferred = Cuda::host::<policies::Hopper>().with_norm_defer(true);
         let gpu = decode_steps(&deferred, &file, &TOKENS);
-        let ran: usize = MATVEC_ADD_NORM_Q8
-            .iter()
-            .map(|k| deferred.gpu().host_launches(k))
-            .sum();
+        let launches = |family: [&str; 6]| -> usize {
+            family.iter().map(|k| deferred.gpu().host_launches(k)).sum()
+        };
+        // The producer, and consumers that apply 1/rms (the `Deferred` instantiations).
+        let consumers = launches(MATVEC3_NORM) + launches(MATVEC3_WIDE_NORM);
         assert!(
-            ran > 0,
-            "{} {:?}: the deferred norm never ran",
+            launches(MATVEC_ADD_NORM_Q8) > 0 && consumers > 0,
+            "{} {:?}: the deferred norm never ran (or its consumers took the finished kernels)",
             s.arch,
             s.ty
         );
@@ -915,7 +916,7 @@ fn deferred_norms_on_cuda_host_grid_match_f64_reference() {
 /// attn_v and ffn_down, where llama.cpp's mixes put the 5-bit legacy formats.
 #[test]
 fn q5_0_and_q5_1_on_cuda_host_grid() {
-    use kernels_gpu::entries::families::{MATVEC3, MATVEC3_WIDE};
+    use kernels_gpu::entries::families::{MATVEC3, MATVEC3_NORM, MATVEC3_WIDE, MATVEC3_WIDE_NORM};
     use kiln_host::backend::cuda::Cuda;
     let heads32 = Synth {
         n_embd: 128,
@@ -952,7 +953,10 @@ fn q5_0_and_q5_1_on_cuda_host_grid() {
         );
         if s.ty == GgmlType::Q5_0 {
             let q8_0 = |family: [&str; 6]| cuda.gpu().host_launches(family[2]);
-            let ran = q8_0(MATVEC3) + q8_0(MATVEC3_WIDE);
+            let ran = [MATVEC3, MATVEC3_NORM, MATVEC3_WIDE, MATVEC3_WIDE_NORM]
+                .map(q8_0)
+                .iter()
+                .sum::<usize>();
             assert!(ran > 0, "{what}: the q/k/v projections did not run as Q8_0");
             let apart = per_position_rel(&cpu, &gpu);
             let close = apart.iter().filter(|&&r| r <= 1e-5).count();

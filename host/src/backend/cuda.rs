@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_ADD_NORM_Q8, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_Q8,
-    MATVEC_WIDE, MATVEC3, MATVEC3_WIDE,
+    EMBED, FormatEntries, MATVEC, MATVEC_ADD_NORM_Q8, MATVEC_F32X, MATVEC_SWIGLU,
+    MATVEC_SWIGLU_NORM, MATVEC_SWIGLU_Q8, MATVEC_SWIGLU_Q8_NORM, MATVEC_WIDE, MATVEC3,
+    MATVEC3_NORM, MATVEC3_WIDE, MATVEC3_WIDE_NORM,
 };
 use kernels_gpu::entries::names;
 use kernels_gpu::kernels::attention::MAX_HEAD_DIM;
@@ -709,6 +710,19 @@ impl Cuda {
     }
     /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
     /// gets the `(ss, ss_parts, eps)` arguments (a null `ss` and 0 parts when `x` is finished).
+    /// The consumer kernel family for `x`: `deferred` (the `residual_norm::Deferred`
+    /// instantiations) where [`with_q8_scaled`](Self::with_q8_scaled) hands the launch a
+    /// deferred norm's partial sums, `finished` otherwise.
+    fn consumer_family(
+        x: &CudaTensor,
+        finished: FormatEntries,
+        deferred: FormatEntries,
+    ) -> FormatEntries {
+        match (&x.deferred, &x.q8) {
+            (Some(_), Some(_)) => deferred,
+            _ => finished,
+        }
+    }
     fn with_q8_scaled<T>(
         &self,
         x: &CudaTensor,
@@ -819,13 +833,17 @@ impl Cuda {
     fn swiglu_q8_launch(
         &self,
         ty: GgmlType,
+        x: &CudaTensor,
         rows: usize,
-        n: usize,
     ) -> Option<(&'static str, Dims)> {
         if !rows.is_multiple_of(32) || self.f32_activations {
             return None;
         }
-        let k = by_format(ty, MATVEC_SWIGLU_Q8);
+        let n = x.rows;
+        let k = by_format(
+            ty,
+            Self::consumer_family(x, MATVEC_SWIGLU_Q8, MATVEC_SWIGLU_Q8_NORM),
+        );
         let (rows, n) = (u32::try_from(rows).ok()?, u32::try_from(n).ok()?);
         [1, 2, 4, 8]
             .into_iter()
@@ -1712,8 +1730,8 @@ impl Backend for Cuda {
         let k = by_format(
             ty,
             match wide {
-                false => MATVEC3,
-                true => MATVEC3_WIDE,
+                false => Self::consumer_family(x, MATVEC3, MATVEC3_NORM),
+                true => Self::consumer_family(x, MATVEC3_WIDE, MATVEC3_WIDE_NORM),
             },
         );
         let dims = match wide {
@@ -1764,7 +1782,7 @@ impl Backend for Cuda {
         }
         let mut out = self.tensor(x.rows, gate.rows)?;
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
-        if let Some((k, dims)) = self.swiglu_q8_launch(ty, gate.rows, x.rows) {
+        if let Some((k, dims)) = self.swiglu_q8_launch(ty, x, gate.rows) {
             // The down projection's Q8_1 blocks come out of this launch: no quantize node.
             let (yq, yds) = self.q8_buffers(x.rows, gate.rows)?;
             self.with_q8_scaled(x, |xq, xds, scale| {
@@ -1781,7 +1799,10 @@ impl Backend for Cuda {
             out.q8 = Some(Box::new((yq, yds)));
             return Ok(out);
         }
-        let k = by_format(ty, MATVEC_SWIGLU);
+        let k = by_format(
+            ty,
+            Self::consumer_family(x, MATVEC_SWIGLU, MATVEC_SWIGLU_NORM),
+        );
         let dims = self.gpu.one_wave(
             k,
             self.gpu

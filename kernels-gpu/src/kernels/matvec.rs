@@ -5,7 +5,7 @@
 //! step with 16-byte loads, and each activation block it loads is reused for all of its rows.
 use crate::device::*;
 use crate::kernels::formats::{QK, SplitFormat, SplitOut, load_side, pick_matrix};
-use crate::kernels::residual_norm::NormScale;
+use crate::kernels::residual_norm::{NormInput, NormScale};
 use policies::TargetPolicy;
 
 /// Quantize activations `x` (`n × cols` f32) to 32-element blocks: `xq` (`n × cols` i8) and
@@ -372,7 +372,7 @@ pub(crate) unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const 
 ///
 /// [`launch::matvec_groups`]: crate::kernels::launch::matvec_groups
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
+pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat, N: NormInput>(
     w0: *const u32,
     s0: *const u8,
     y0: *mut f32,
@@ -392,12 +392,7 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
     ss_parts: u32,
     eps: f32,
 ) {
-    let scale = NormScale {
-        ss,
-        parts: ss_parts,
-        cols,
-        eps,
-    };
+    let scale = NormScale::of::<N>(ss, ss_parts, cols, eps);
     unsafe {
         matvec3_with::<P, F>(
             1, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols, scale,
@@ -410,7 +405,7 @@ pub unsafe fn matvec3_split<P: TargetPolicy, F: SplitFormat>(
 ///
 /// [`launch::matvec_wide_groups`]: crate::kernels::launch::matvec_wide_groups
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
+pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat, N: NormInput>(
     w0: *const u32,
     s0: *const u8,
     y0: *mut f32,
@@ -431,12 +426,7 @@ pub unsafe fn matvec3_split_wide<P: TargetPolicy, F: SplitFormat>(
     eps: f32,
 ) {
     let r = P::MATVEC_WIDE_ROWS_PER_WARP;
-    let scale = NormScale {
-        ss,
-        parts: ss_parts,
-        cols,
-        eps,
-    };
+    let scale = NormScale::of::<N>(ss, ss_parts, cols, eps);
     unsafe {
         matvec3_with::<P, F>(
             r, w0, s0, y0, rows0, w1, s1, y1, rows1, w2, s2, y2, rows2, xq, xds, cols, scale,
@@ -530,7 +520,7 @@ unsafe fn matvec3_rows<P: TargetPolicy, F: SplitFormat, const R: usize>(
 ///
 /// [`launch::matvec_resident`]: crate::kernels::launch::matvec_resident
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
+pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat, N: NormInput>(
     gate_qs: *const u32,
     gate_scales: *const u8,
     up_qs: *const u32,
@@ -547,12 +537,7 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, warps) = (rows as usize, P::MATVEC_WARPS as usize);
-    let scale = NormScale {
-        ss,
-        parts: ss_parts,
-        cols,
-        eps,
-    };
+    let scale = NormScale::of::<N>(ss, ss_parts, cols, eps);
     for g in 0..P::MATVEC_PREFETCH_GROUPS as usize {
         let at = (block_idx() as usize + g * grid_dim() as usize) * warps;
         prefetch_rows::<P, F>(gate_qs, gate_scales, at, warps, rows, nb);
@@ -574,7 +559,7 @@ pub unsafe fn matvec_swiglu_split<P: TargetPolicy, F: SplitFormat>(
 ///
 /// [`launch::matvec_swiglu_q8`]: crate::kernels::launch::matvec_swiglu_q8
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
+pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat, N: NormInput>(
     gate_qs: *const u32,
     gate_scales: *const u8,
     up_qs: *const u32,
@@ -593,12 +578,7 @@ pub unsafe fn matvec_swiglu_q8<P: TargetPolicy, F: SplitFormat>(
     let (nb, t) = ((cols / QK as u32) as usize, block_idx_y() as usize);
     let x = unsafe { q8_row(xq, xds, t, nb) };
     let (rows, row0) = (rows as usize, block_idx() as usize * QK);
-    let scale = NormScale {
-        ss,
-        parts: ss_parts,
-        cols,
-        eps,
-    };
+    let scale = NormScale::of::<N>(ss, ss_parts, cols, eps);
     prefetch_rows::<P, F>(gate_qs, gate_scales, row0, QK, rows, nb);
     prefetch_rows::<P, F>(up_qs, up_scales, row0, QK, rows, nb);
     pdl_wait::<P>();

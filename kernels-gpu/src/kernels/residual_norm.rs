@@ -37,7 +37,42 @@ pub struct NormScale {
     pub eps: f32,
 }
 
+/// What a q/k/v or gate/up mat-vec's activations are, as a type parameter: each kind is its own
+/// instantiation, so a kernel reading finished activations carries nothing of the deferred
+/// path (with it inert but compiled in, ptxas gave the Q4_0 consumers 4–7 more registers and
+/// 8B decode, which never defers, ran ~3 % slower).
+pub trait NormInput {
+    const DEFERRED: bool;
+}
+
+/// Finished activations (a norm kernel's output, or any other tensor).
+pub struct Finished;
+impl NormInput for Finished {
+    const DEFERRED: bool = false;
+}
+
+/// A deferred norm's `x ⊙ g`, whose `1/rms` the consumer applies (`NormScale`).
+pub struct Deferred;
+impl NormInput for Deferred {
+    const DEFERRED: bool = true;
+}
+
 impl NormScale {
+    /// The scale of a consumer's launch arguments: [`NormScale::NONE`], a constant the compiler
+    /// folds away, unless `N` is [`Deferred`].
+    #[inline(always)]
+    pub fn of<N: NormInput>(ss: *const f64, parts: u32, cols: u32, eps: f32) -> NormScale {
+        match N::DEFERRED {
+            true => NormScale {
+                ss,
+                parts,
+                cols,
+                eps,
+            },
+            false => NormScale::NONE,
+        }
+    }
+
     pub const NONE: NormScale = NormScale {
         ss: core::ptr::null(),
         parts: 0,
