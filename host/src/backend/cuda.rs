@@ -708,8 +708,6 @@ impl Cuda {
         )?;
         f(xq.arg(), xds.arg())
     }
-    /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
-    /// gets the `(ss, ss_parts, eps)` arguments (a null `ss` and 0 parts when `x` is finished).
     /// The consumer kernel family for `x`: `deferred` (the `residual_norm::Deferred`
     /// instantiations) where [`with_q8_scaled`](Self::with_q8_scaled) hands the launch a
     /// deferred norm's partial sums, `finished` otherwise.
@@ -723,6 +721,9 @@ impl Cuda {
             _ => finished,
         }
     }
+    /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
+    /// gets the `(ss, ss_parts, eps)` arguments (a null `ss` and 0 parts when `x` is finished;
+    /// the `Finished` kernels [`consumer_family`](Self::consumer_family) picks then ignore them).
     fn with_q8_scaled<T>(
         &self,
         x: &CudaTensor,

@@ -368,7 +368,9 @@ pub(crate) unsafe fn warp_dots_in_flight<P: TargetPolicy, F: SplitFormat, const 
 /// projections): `y_m = x · W_mᵀ` for each matrix `m` with `rows_m > 0` (all `cols` wide). A
 /// warp owns one row; blocks stride over the row groups of all matrices in turn. Launch:
 /// [`launch::matvec_groups`] over Σ ⌈rows_m / MATVEC_WARPS⌉ groups (one row per warp, so the
-/// policy's rows-per-warp is not used here).
+/// policy's rows-per-warp is not used here). With `N` = `residual_norm::Deferred`, `x` is a
+/// deferred norm's `x ⊙ g` and every output is scaled by its `1/rms` from `(ss, ss_parts, eps)`;
+/// the `Finished` instantiation ignores those three (the same holds for the SwiGLU kernels).
 ///
 /// [`launch::matvec_groups`]: crate::kernels::launch::matvec_groups
 #[allow(clippy::too_many_arguments)]
