@@ -716,9 +716,9 @@ impl Cuda {
         finished: FormatEntries,
         deferred: FormatEntries,
     ) -> FormatEntries {
-        match (&x.deferred, &x.q8) {
-            (Some(_), Some(_)) => deferred,
-            _ => finished,
+        match x.deferred_q8() {
+            Some(_) => deferred,
+            None => finished,
         }
     }
     /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
@@ -729,13 +729,13 @@ impl Cuda {
         x: &CudaTensor,
         f: impl FnOnce(Arg, Arg, [Arg; 3]) -> Result<T>,
     ) -> Result<T> {
-        match (&x.deferred, &x.q8) {
-            (Some(d), Some(q)) => f(
+        match x.deferred_q8() {
+            Some((d, q)) => f(
                 q.0.arg(),
                 q.1.arg(),
                 [d.ss.arg(), Arg::U32(d.parts), Arg::F32(d.eps)],
             ),
-            _ => self.with_q8(x, |xq, xds| {
+            None => self.with_q8(x, |xq, xds| {
                 f(xq, xds, [Arg::Ptr(0), Arg::U32(0), Arg::F32(0.0)])
             }),
         }
@@ -899,6 +899,14 @@ impl CudaTensor {
     }
     fn len(&self) -> usize {
         self.rows * self.cols
+    }
+    /// A deferred norm with its Q8_1 blocks: what the scale-aware launches take as it is (the
+    /// one test both the launch arguments and the kernel family are chosen by).
+    fn deferred_q8(&self) -> Option<(&Deferred, &(CudaTensor, CudaTensor))> {
+        match (&self.deferred, &self.q8) {
+            (Some(d), Some(q)) => Some((d, q)),
+            _ => None,
+        }
     }
 }
 
