@@ -496,7 +496,7 @@ proptest! {
             let len = 1 + ((max_ctx - 1) as f64 * at) as u32;
             let live = live_span::<P>(len, splits, span, hd);
             prop_assert!(live <= span, "{}: live span {live} over the static {span}", P::NAME);
-            prop_assert!(live % chunk_slots::<P>(hd) == 0 || live == span, "{}: span {live} is not whole steps", P::NAME);
+            prop_assert!(live.is_multiple_of(chunk_slots::<P>(hd)) || live == span, "{}: span {live} is not whole steps", P::NAME);
             prop_assert!(len.div_ceil(live) <= splits, "{}: {len} positions need {} splits of {live}, the grid has {splits}", P::NAME, len.div_ceil(live));
             Ok(())
         }

@@ -220,6 +220,147 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     )
 }
 
+#[derive(Clone, Debug)]
+struct SwigluCase {
+    fmt: BlockFormat,
+    /// Outputs (rows of each of the gate and up matrices): even, as the f16 copy pairs them.
+    rows: u32,
+    blocks: u32,
+    n: u32,
+    seed: u64,
+}
+
+/// Outputs around the paired tile's 64 rows and ragged; tokens and blocks as for the GEMM.
+fn swiglu_case(fmt: BlockFormat) -> impl Strategy<Value = SwigluCase> {
+    let rows = prop_oneof![prop::sample::select(vec![2u32, 16, 64, 66, 130]), 1..=40u32];
+    let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9]), 1..=9u32];
+    let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
+    (rows, blocks, n, seed()).prop_map(move |(rows, blocks, n, seed)| SwigluCase {
+        fmt,
+        rows: rows.next_multiple_of(2),
+        blocks: blocks.next_multiple_of(fmt.group() as u32),
+        n,
+        seed,
+    })
+}
+
+fn swiglu_entry(fmt: BlockFormat) -> &'static str {
+    match fmt {
+        BlockFormat::Q4_0 => names::kiln_mma_swiglu_q4_0,
+        BlockFormat::Q4_1 => names::kiln_mma_swiglu_q4_1,
+        BlockFormat::Q8_0 => names::kiln_mma_swiglu_q8_0,
+        BlockFormat::Q6K => names::kiln_mma_swiglu_q6k,
+        BlockFormat::Q5K => names::kiln_mma_swiglu_q5k,
+        BlockFormat::Q4K => names::kiln_mma_swiglu_q4k,
+    }
+}
+
+/// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`): bit for bit what the unfused launches give
+/// (the main GEMM over gate and up, then the `swiglu` kernel), its f16 copy the round-to-nearest
+/// of those values, and both factors within the GEMM's bound of float64 on the f16 operands.
+fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError> {
+    let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
+    let mut g = Gen::new(c.seed);
+    let x = g.activations(n, cols);
+    let (gate, gq, gs) = common::split_weights(dev, &mut g, c.fmt, rows, cols);
+    let (up, uq, us) = common::split_weights(dev, &mut g, c.fmt, rows, cols);
+    let x_b = upload(dev, &x);
+    let xh_b = poisoned::<u16>(dev, n * cols, 0xff);
+    let pairs = (n * cols / 2) as u32;
+    dev.launch(
+        names::kiln_to_f16,
+        dev.shapes().flat(pairs),
+        &[x_b.arg(), xh_b.arg(), Arg::U32(pairs)],
+    );
+    let (main, (qs_words, staged)) = entry(c.fmt, false);
+    let (r, nt) = (rows as u32, n as u32);
+
+    let (y_b, yh_b) = (
+        poisoned::<f32>(dev, n * rows, 0xff),
+        poisoned::<u16>(dev, n * rows, 0xff),
+    );
+    let dims = dev.shapes().mma_swiglu(r, nt, qs_words, staged);
+    let args = [
+        gq.arg(),
+        gs.arg(),
+        uq.arg(),
+        us.arg(),
+        y_b.arg(),
+        yh_b.arg(),
+        Arg::U32(r),
+    ];
+    let rest = [xh_b.arg(), Arg::U32(cols as u32), Arg::U32(nt)];
+    dev.launch(swiglu_entry(c.fmt), dims, &[&args[..], &rest[..]].concat());
+    let y = download::<f32>(dev, &y_b);
+    check_written(dev, "SwiGLU GEMM output", &y)?;
+    let yh = download::<u16>(dev, &yh_b);
+
+    // The unfused launches: gate and up by the main GEMM, then `swiglu`.
+    let (gy_b, uy_b, s_b) = (
+        poisoned::<f32>(dev, n * rows, 0xff),
+        poisoned::<f32>(dev, n * rows, 0xff),
+        poisoned::<f32>(dev, n * rows, 0xff),
+    );
+    let mut args = vec![gq.arg(), gs.arg(), gy_b.arg(), Arg::U32(r)];
+    args.extend([uq.arg(), us.arg(), uy_b.arg(), Arg::U32(r)]);
+    args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
+    args.extend([xh_b.arg(), Arg::U32(cols as u32), Arg::U32(nt), Arg::U32(0)]);
+    dev.launch(main, dev.shapes().mma(&[r, r], nt, qs_words, staged), &args);
+    let len = (n * rows) as u32;
+    dev.launch(
+        names::kiln_swiglu,
+        dev.shapes().flat(len),
+        &[gy_b.arg(), uy_b.arg(), s_b.arg(), Arg::U32(len)],
+    );
+    let want = download::<f32>(dev, &s_b);
+    let (gy, uy) = (download::<f32>(dev, &gy_b), download::<f32>(dev, &uy_b));
+
+    let (g16, u16w) = (
+        r::gemm_weights_f16(c.fmt, &gate, rows, cols),
+        r::gemm_weights_f16(c.fmt, &up, rows, cols),
+    );
+    let x16: Vec<f64> = x.iter().map(|&v| half::f16::from_f32(v).to_f64()).collect();
+    for t in 0..n {
+        for row in 0..rows {
+            let i = t * rows + row;
+            prop_assert!(
+                y[i].to_bits() == want[i].to_bits(),
+                "{}: token {t} row {row}: fused {} vs unfused {}",
+                dev.label(),
+                y[i],
+                want[i]
+            );
+            prop_assert!(
+                yh[i] == half::f16::from_f32(y[i]).to_bits(),
+                "{}: token {t} row {row}: f16 copy {:#06x} of {}",
+                dev.label(),
+                yh[i],
+                y[i]
+            );
+            // The factors against float64 on the f16 operands (the GEMM's own bound).
+            let xr = &x16[t * cols..(t + 1) * cols];
+            for (w, got) in [(&g16, gy[i]), (&u16w, uy[i])] {
+                let wr = &w[row * cols..(row + 1) * cols];
+                let s: f64 = wr.iter().zip(xr).map(|(a, b)| a * b).sum();
+                let abs: f64 = wr.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum();
+                let bound = (2 * c.blocks as usize + 8) as f64 * 2f64.powi(-22) * abs + 1e-30;
+                prop_assert!(
+                    (got as f64 - s).abs() <= bound,
+                    "{}: token {t} row {row}: factor {got} vs f64 {s} (bound {bound:.2e})",
+                    dev.label()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+kernel_properties! {
+    host_mma_swiglu_q4_0, gpu_mma_swiglu_q4_0: swiglu_case(BlockFormat::Q4_0) => gemm_swiglu;
+    host_mma_swiglu_q8_0, gpu_mma_swiglu_q8_0: swiglu_case(BlockFormat::Q8_0) => gemm_swiglu;
+    host_mma_swiglu_q4k, gpu_mma_swiglu_q4k: swiglu_case(BlockFormat::Q4K) => gemm_swiglu;
+}
+
 kernel_properties! {
     host_mma_q4_0, gpu_mma_q4_0: case(BlockFormat::Q4_0) => gemm;
     host_mma_q4_1, gpu_mma_q4_1: case(BlockFormat::Q4_1) => gemm;

@@ -274,7 +274,7 @@ fn rms_norm_rope(dev: &mut dyn Device, c: &NormRopeCase) -> Result<(), TestCaseE
         Arg::F32(1e6f32.log2()),
         Arg::U32(c.neox as u32),
     );
-    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed % 2 == 0);
+    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed.is_multiple_of(2));
     let two = poisoned::<f32>(dev, rows * hd, 0xff);
     dev.launch(
         names::kiln_rms_norm,
@@ -396,7 +396,7 @@ fn rope_store(dev: &mut dyn Device, c: &RopeStoreCase) -> Result<(), TestCaseErr
         Arg::F32(1e6f32.log2()),
         Arg::U32(c.neox as u32),
     );
-    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed % 2 == 0);
+    let (_fb, factors) = rope_factors(dev, &mut g, rot, c.seed.is_multiple_of(2));
     let (hd32, rot32, ctx32) = (
         Arg::U32(c.head_dim),
         Arg::U32(rot),

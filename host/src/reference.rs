@@ -68,7 +68,7 @@ pub fn dequantize_block(fmt: BlockFormat, b: &[u8]) -> [f64; QK] {
 
 /// Dequantize a `rows × cols` matrix of GGUF blocks (`cols % 32 == 0`).
 pub fn dequantize(fmt: BlockFormat, gguf: &[u8], rows: usize, cols: usize) -> Vec<f64> {
-    assert!(cols % QK == 0 && gguf.len() == rows * cols / QK * fmt.block_bytes());
+    assert!(cols.is_multiple_of(QK) && gguf.len() == rows * cols / QK * fmt.block_bytes());
     gguf.chunks_exact(fmt.block_bytes())
         .flat_map(|b| dequantize_block(fmt, b))
         .collect()
@@ -278,7 +278,11 @@ pub fn rope(
     neox: bool,
     factors: Option<&[f32]>,
 ) -> Vec<f64> {
-    assert!(rot_dim % 2 == 0 && rot_dim <= head_dim && x.len() % (heads * head_dim) == 0);
+    assert!(
+        rot_dim.is_multiple_of(2)
+            && rot_dim <= head_dim
+            && x.len().is_multiple_of(heads * head_dim)
+    );
     let mut out = widen(x);
     let half = rot_dim / 2;
     for (row, head) in out.chunks_exact_mut(head_dim).enumerate() {
@@ -367,7 +371,7 @@ pub fn attention(
     pos0: usize,
     scale: f64,
 ) -> Vec<f64> {
-    assert!(heads % kv_heads == 0 && q.len() % (heads * head_dim) == 0);
+    assert!(heads.is_multiple_of(kv_heads) && q.len().is_multiple_of(heads * head_dim));
     let n = q.len() / (heads * head_dim);
     let mut out = vec![0.0; q.len()];
     for t in 0..n {

@@ -908,6 +908,57 @@ fn deferred_norms_on_cuda_host_grid_match_f64_reference() {
     }
 }
 
+/// Llama at head_dim 32 (the GPU attention kernels' smallest) in Q4_1 and Q4_0, and qwen3 in
+/// Q8_0: the legacy formats, with and without QK-norm.
+fn quantized_wide_llama_and_qwen3() -> [Synth; 3] {
+    let wide = Synth {
+        n_embd: 128,
+        head_dim: 32,
+        ..LLAMA
+    };
+    [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0].map(|ty| match ty {
+        GgmlType::Q8_0 => Synth { ty, ..QWEN3 },
+        _ => Synth { ty, ..wide },
+    })
+}
+
+/// Dense prefill of `GEMM_MIN_TOKENS` or more on the CUDA backend (host grid): the projections
+/// take the f16 tensor-core GEMM and gate/up/SwiGLU the paired one (`kiln_mma_swiglu_*`), whose
+/// f16 copy feeds the down projection; against the CPU backend with f32 activations (f16
+/// operands: ~1e-3), with the paired GEMM checked to have run instead of the `swiglu` kernel.
+#[test]
+fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
+    use kernels_gpu::entries::names;
+    use kiln_host::backend::cuda::Cuda;
+    for s in quantized_wide_llama_and_qwen3() {
+        let (file, _) = build(&s);
+        let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
+        let cuda = Cuda::host::<policies::Hopper>();
+        let got = prefill_all(&cuda, &file, &TOKENS);
+        let paired: usize = [
+            names::kiln_mma_swiglu_q4_0,
+            names::kiln_mma_swiglu_q4_1,
+            names::kiln_mma_swiglu_q8_0,
+        ]
+        .iter()
+        .map(|k| cuda.gpu().host_launches(k))
+        .sum();
+        let what = format!("{} {:?}", s.arch, s.ty);
+        assert!(paired > 0, "{what}: the paired SwiGLU GEMM never ran");
+        assert_eq!(
+            cuda.gpu().host_launches(names::kiln_swiglu),
+            0,
+            "{what}: a prefill still ran the separate swiglu kernel"
+        );
+        assert_positions_close(
+            &want,
+            &got,
+            5e-3,
+            &format!("{what} dense prefill, CUDA-on-host vs CPU"),
+        );
+    }
+}
+
 /// Q5_0 and Q5_1 files on the CUDA backend, which has no 5-bit format with a scale per 32
 /// weights: Q5_0 loads as Q8_0 blocks (every weight exact, so the Q8_0 kernels compute what the
 /// CPU backend's Q5_0 dots do, up to float rounding), Q5_1 widened to f16 (each weight rounded
@@ -1043,25 +1094,7 @@ fn k_quants_on_cuda_host_grid_match_f64_reference_and_cpu_backend() {
 #[test]
 fn f32_activations_cuda_on_host_grid_matches_cpu_backend() {
     use kiln_host::backend::cuda::Cuda;
-    let wide = Synth {
-        n_embd: 128,
-        head_dim: 32,
-        ..LLAMA
-    };
-    for s in [
-        Synth {
-            ty: GgmlType::Q4_1,
-            ..wide
-        },
-        Synth {
-            ty: GgmlType::Q4_0,
-            ..wide
-        },
-        Synth {
-            ty: GgmlType::Q8_0,
-            ..QWEN3
-        },
-    ] {
+    for s in quantized_wide_llama_and_qwen3() {
         let (file, _) = build(&s);
         let cpu = decode_steps(&Cpu::new().with_f32_activations(), &file, &TOKENS);
         let gpu = decode_steps(

@@ -65,6 +65,7 @@ impl TargetPolicy for Hopper {
     const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = 1;
     const GEMM_DEEP_TILE_K: u32 = 128;
     const GEMM_DEEP_STAGES: u32 = 2;
+    const GEMM_DEEP_K_GROUPS: u32 = 2;
     // The dense tile until measured: 64 × 32 is the A/B candidate (an expert's run at pp512 on
     // 128 experts is ~32 slots; warps past it skip, but a live 64-wide warp is half padding).
     const MOE_TILE_N: u32 = 128;

@@ -114,8 +114,13 @@ pub trait TargetPolicy: 'static {
     const TILE_N: u32;
     /// Elements of the reduction one pipeline stage holds (whole 32-element quant blocks).
     const TILE_K: u32;
-    /// Warps per block; they split the block tile into `GEMM_WARP_M × GEMM_WARP_N` warp tiles.
+    /// Warps per block; they split the block tile into `GEMM_WARP_M × GEMM_WARP_N` warp tiles,
+    /// `GEMM_K_GROUPS` warps per warp tile.
     const GEMM_WARPS: u32;
+    /// Warp groups that split each stage's quant blocks between them, each over the whole
+    /// block tile, their sums added in shared memory at the end (1: no split). More warps per
+    /// block at the same warp tile, so the same dequantization per mma.
+    const GEMM_K_GROUPS: u32 = 1;
     /// Weight rows and tokens of one warp's tile (multiples of the mma's M and N).
     const GEMM_WARP_M: u32;
     const GEMM_WARP_N: u32;
@@ -127,6 +132,8 @@ pub trait TargetPolicy: 'static {
     /// `TILE_K` and `STAGES` of the deep k-stage GEMM.
     const GEMM_DEEP_TILE_K: u32;
     const GEMM_DEEP_STAGES: u32;
+    /// `GEMM_K_GROUPS` of the deep k-stage GEMM (its `GEMM_WARPS` are the main ones times this).
+    const GEMM_DEEP_K_GROUPS: u32 = 1;
     /// Token tile and warp width of the grouped expert GEMM ([`MoeTile`]): a prompt's slots
     /// spread over many experts, so an expert's run is short (pp512 over 128 experts, 8 per
     /// token: ~32 slots) and most of a dense-width token tile would be padding.
@@ -171,9 +178,9 @@ pub trait TargetPolicy: 'static {
 }
 
 /// Forwarding impl of a policy wrapper: everything as `P` except the GEMM tile's token width,
-/// stage depth and warp width.
+/// stage depth, warp width and k groups.
 macro_rules! gemm_variant {
-    ($wrapper:ident, tile_n: $tile_n:expr, tile_k: $tile_k:expr, warp_n: $warp_n:expr, stages: $stages:expr) => {
+    ($wrapper:ident, tile_n: $tile_n:expr, tile_k: $tile_k:expr, warp_n: $warp_n:expr, stages: $stages:expr, k_groups: $k_groups:expr) => {
         impl<P: TargetPolicy> TargetPolicy for $wrapper<P> {
             const NAME: &'static str = P::NAME;
             const MIN_CC: u32 = P::MIN_CC;
@@ -201,13 +208,15 @@ macro_rules! gemm_variant {
             const TILE_M: u32 = P::TILE_M;
             const TILE_N: u32 = $tile_n;
             const TILE_K: u32 = $tile_k;
-            const GEMM_WARPS: u32 = P::GEMM_WARPS;
+            const GEMM_WARPS: u32 = P::GEMM_WARPS / P::GEMM_K_GROUPS * $k_groups;
+            const GEMM_K_GROUPS: u32 = $k_groups;
             const GEMM_WARP_M: u32 = P::GEMM_WARP_M;
             const GEMM_WARP_N: u32 = $warp_n;
             const STAGES: u32 = $stages;
             const GEMM_DEEP_MAX_BLOCKS_PER_SM: u32 = P::GEMM_DEEP_MAX_BLOCKS_PER_SM;
             const GEMM_DEEP_TILE_K: u32 = P::GEMM_DEEP_TILE_K;
             const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
+            const GEMM_DEEP_K_GROUPS: u32 = P::GEMM_DEEP_K_GROUPS;
             const MOE_TILE_N: u32 = P::MOE_TILE_N;
             const MOE_GEMM_WARP_N: u32 = P::MOE_GEMM_WARP_N;
             const GEMM_MIN_TOKENS: u32 = P::GEMM_MIN_TOKENS;
@@ -223,16 +232,17 @@ macro_rules! gemm_variant {
     };
 }
 
-/// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`) as
-/// `TILE_K` and `STAGES`, everything else as `P`: the second GEMM instantiation, for small
-/// launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer, longer stages pay.
+/// Policy `P` with its GEMM's deep k-stages (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`,
+/// `GEMM_DEEP_K_GROUPS`) as `TILE_K`, `STAGES` and `GEMM_K_GROUPS`, everything else as `P`: the
+/// second GEMM instantiation, for small launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer,
+/// longer stages and more warps per block pay.
 pub struct DeepK<P>(core::marker::PhantomData<P>);
-gemm_variant!(DeepK, tile_n: P::TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_WARP_N, stages: P::GEMM_DEEP_STAGES);
+gemm_variant!(DeepK, tile_n: P::TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_WARP_N, stages: P::GEMM_DEEP_STAGES, k_groups: P::GEMM_DEEP_K_GROUPS);
 
 /// Policy `P` with the grouped expert GEMM's token tile (`MOE_TILE_N`, `MOE_GEMM_WARP_N`) as
 /// `TILE_N` and `GEMM_WARP_N`: the instantiation of `kiln_moe_mma_*`.
 pub struct MoeTile<P>(core::marker::PhantomData<P>);
-gemm_variant!(MoeTile, tile_n: P::MOE_TILE_N, tile_k: P::TILE_K, warp_n: P::MOE_GEMM_WARP_N, stages: P::STAGES);
+gemm_variant!(MoeTile, tile_n: P::MOE_TILE_N, tile_k: P::TILE_K, warp_n: P::MOE_GEMM_WARP_N, stages: P::STAGES, k_groups: P::GEMM_K_GROUPS);
 
 /// Rows of output one mat-vec block produces.
 pub const fn matvec_rows_per_block<P: TargetPolicy>() -> u32 {
@@ -253,7 +263,13 @@ pub const fn check<P: TargetPolicy>() {
     assert!(!P::HAS_WGMMA || P::MIN_CC >= 90);
     assert!(P::TILE_K % 32 == 0, "a stage holds whole quant blocks");
     assert!(P::TILE_M % P::GEMM_WARP_M == 0 && P::TILE_N % P::GEMM_WARP_N == 0);
-    assert!((P::TILE_M / P::GEMM_WARP_M) * (P::TILE_N / P::GEMM_WARP_N) == P::GEMM_WARPS);
+    assert!(
+        (P::TILE_M / P::GEMM_WARP_M) * (P::TILE_N / P::GEMM_WARP_N) * P::GEMM_K_GROUPS
+            == P::GEMM_WARPS
+    );
+    assert!(P::GEMM_WARPS * WARP <= 1024);
+    // Each k group takes every GEMM_K_GROUPS-th quant block of a stage: the same share for all.
+    assert!(P::GEMM_K_GROUPS >= 1 && (P::TILE_K / 32) % P::GEMM_K_GROUPS == 0);
     assert!(P::GEMM_WARP_M % P::Mma::M == 0 && P::GEMM_WARP_N % P::Mma::N == 0);
     // The GEMM instantiates these warp tiles (`kernels/mma.rs`: fragment arrays are sized at
     // compile time).

@@ -240,7 +240,7 @@ impl Cuda {
             }
             GgmlType::F16 => {
                 ensure!(
-                    cols % 8 == 0,
+                    cols.is_multiple_of(8),
                     "tensor {name}: f16 rows of {cols} are not a multiple of 8"
                 );
                 let v: Vec<u16> = data
@@ -372,6 +372,7 @@ impl Cuda {
             pool: self.pool.clone(),
             q8: None,
             deferred: None,
+            f16: None,
         })
     }
 
@@ -620,7 +621,7 @@ impl Cuda {
         acc: bool,
     ) -> Result<()> {
         let x = self.settled(x)?;
-        let (k, deep, (qs_words, staged)) = gemm_entries(ty);
+        let (k, deep, _, (qs_words, staged)) = gemm_entries(ty);
         ensure!(
             (1..=3).contains(&ws.len()),
             "GEMM: {} weights in one launch (1 to 3 fit)",
@@ -644,7 +645,7 @@ impl Cuda {
             args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
         }
         let n = u32_arg(x.rows, "tokens")?;
-        let h = self.to_f16(x)?;
+        let (h, _alive) = self.f16_arg(x)?;
         // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
@@ -659,13 +660,55 @@ impl Cuda {
         } else {
             (k, dims)
         };
-        args.extend([
-            h.arg(),
-            u32_arg(x.cols, "cols")?,
-            n,
-            Arg::U32(u32::from(acc)),
-        ]);
+        args.extend([h, u32_arg(x.cols, "cols")?, n, Arg::U32(u32::from(acc))]);
         self.gpu.launch(k, dims, &args)
+    }
+
+    /// `silu(x·gateᵀ) ⊙ (x·upᵀ)` by the paired tensor-core GEMM (`kiln_mma_swiglu_*`), with
+    /// its f16 copy attached for the down projection's GEMM (`rows` even: two per f32 slot).
+    fn launch_gemm_swiglu(
+        &self,
+        ty: GgmlType,
+        (gq, gs): (&DBuf<u8>, &DBuf<u8>),
+        (uq, us): (&DBuf<u8>, &DBuf<u8>),
+        rows: usize,
+        x: &CudaTensor,
+    ) -> Result<CudaTensor> {
+        let x = self.settled(x)?;
+        let (_, _, k, (qs_words, staged)) = gemm_entries(ty);
+        let mut out = self.tensor(x.rows, rows)?;
+        let out16 = self.tensor(x.rows, rows / 2)?;
+        let (h, _alive) = self.f16_arg(x)?;
+        let (r, n) = (to_u32(rows, "rows")?, to_u32(x.rows, "tokens")?);
+        let dims = self
+            .gpu
+            .shapes()
+            .mma_swiglu(r, n, qs_words as u32, staged as u32);
+        let args = [
+            gq.arg(),
+            gs.arg(),
+            uq.arg(),
+            us.arg(),
+            out.arg(),
+            out16.arg(),
+            Arg::U32(r),
+        ];
+        let rest = [h, u32_arg(x.cols, "cols")?, Arg::U32(n)];
+        self.gpu.launch(k, dims, &[&args[..], &rest[..]].concat())?;
+        out.f16 = Some(Box::new(out16));
+        Ok(out)
+    }
+
+    /// `x` rounded to f16 for the GEMMs: the copy its producer wrote (`CudaTensor::f16`), else
+    /// a `to_f16` launch's, returned beside the argument to stay alive until the launch.
+    fn f16_arg(&self, x: &CudaTensor) -> Result<(Arg, Option<CudaTensor>)> {
+        Ok(match &x.f16 {
+            Some(h) => (h.arg(), None),
+            None => {
+                let h = self.to_f16(x)?;
+                (h.arg(), Some(h))
+            }
+        })
     }
 
     /// `x` rounded to f16 for the GEMMs: pairs of halves, one pair per f32 slot of the result.
@@ -871,6 +914,9 @@ pub struct CudaTensor {
     q8: Option<Box<(CudaTensor, CudaTensor)>>,
     /// A norm output whose `1/rms` is still to be applied: see [`Deferred`].
     deferred: Option<Box<Deferred>>,
+    /// The same values rounded to f16, two per f32 slot (`rows × cols/2`), when the producing
+    /// kernel wrote them for a GEMM to read (the paired GEMM + SwiGLU).
+    f16: Option<Box<CudaTensor>>,
 }
 
 /// A norm output left for its consumers to finish (`kiln_matvec_add_norm_q8_*`): the tensor
@@ -885,6 +931,12 @@ struct Deferred {
 }
 
 impl CudaTensor {
+    /// Forgets the Q8_1 and f16 copies of the values: an op is about to change them in place.
+    fn drop_copies(&mut self) {
+        self.q8 = None;
+        self.f16 = None;
+    }
+
     fn buf(&self) -> &DBuf<f32> {
         self.buf.as_ref().expect("tensor buffer present until drop")
     }
@@ -1347,7 +1399,7 @@ impl Backend for Cuda {
             rope.head_dim
         );
         ensure!(
-            rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim,
+            rope.rot_dim.is_multiple_of(2) && rope.rot_dim <= rope.head_dim,
             "rope: bad head layout"
         );
         let out = self.tensor(x.rows, x.cols)?;
@@ -1374,13 +1426,15 @@ impl Backend for Cuda {
 
     fn rope(&self, x: &mut CudaTensor, pos: usize, rope: &Rope) -> Result<()> {
         ensure!(
-            x.cols % rope.head_dim == 0 && rope.rot_dim % 2 == 0 && rope.rot_dim <= rope.head_dim,
+            x.cols.is_multiple_of(rope.head_dim)
+                && rope.rot_dim.is_multiple_of(2)
+                && rope.rot_dim <= rope.head_dim,
             "rope: bad head layout"
         );
         let heads = x.cols / rope.head_dim;
         let threads = x.rows * heads * rope.rot_dim / 2;
         let neox = u32::from(rope.style == RopeStyle::Neox);
-        x.q8 = None;
+        x.drop_copies();
         self.gpu.launch(
             names::kiln_rope,
             self.gpu.shapes().flat(threads as u32),
@@ -1418,7 +1472,7 @@ impl Backend for Cuda {
         let y = self.settled(y)?;
         ensure!(x.rows == y.rows && x.cols == y.cols, "add: shapes differ");
         let n = x.len();
-        x.q8 = None;
+        x.drop_copies();
         self.gpu.launch(
             names::kiln_add_assign,
             self.gpu.shapes().flat(n as u32),
@@ -1429,7 +1483,7 @@ impl Backend for Cuda {
     fn add_row(&self, x: &mut CudaTensor, row: &CudaTensor) -> Result<()> {
         check_row(x, row)?;
         let n = x.len();
-        x.q8 = None;
+        x.drop_copies();
         self.gpu.launch(
             names::kiln_add_row,
             self.gpu.shapes().flat(to_u32(n, "len")?),
@@ -1488,7 +1542,7 @@ impl Backend for Cuda {
         let spec = check_attention(cache, layer, &q, &k, v, pos, attn)?;
         ensure!(
             rope.head_dim == attn.head_dim
-                && rope.rot_dim % 2 == 0
+                && rope.rot_dim.is_multiple_of(2)
                 && rope.rot_dim <= rope.head_dim,
             "rope: bad head layout"
         );
@@ -1609,7 +1663,7 @@ impl Backend for Cuda {
             a.rows,
             w.rows
         );
-        x.q8 = None;
+        x.drop_copies();
         if self.gemm_for(a.rows) {
             return self.launch_gemm(*ty, &[(qs, scales, w, x.arg())], a, true);
         }
@@ -1636,7 +1690,7 @@ impl Backend for Cuda {
         let (hq, hds) = self.q8_buffers(n, rows)?;
         // Σx² in f64: two f32 slots per partial.
         let ss = self.tensor(n, parts * 2)?;
-        x.q8 = None;
+        x.drop_copies();
         self.with_q8(a, |aq, ads| {
             let args = [
                 qs.arg(),
@@ -1775,19 +1829,12 @@ impl Backend for Cuda {
             if !self.gemm_for(x.rows) {
                 return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
             }
-            // Prefill: gate and up in one GEMM launch, then SwiGLU.
-            let (g, u) = (
-                self.tensor(x.rows, gate.rows)?,
-                self.tensor(x.rows, up.rows)?,
-            );
-            let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
-            self.launch_gemm(
-                ty,
-                &[(gq, gs, gate, g.arg()), (uq, us, up, u.arg())],
-                x,
-                false,
-            )?;
-            return self.swiglu(&g, &u);
+            if gate.rows.is_multiple_of(2) {
+                // Prefill: gate, up and SwiGLU in one GEMM launch, whose f16 copy of the
+                // output is the down projection's GEMM input.
+                return self.launch_gemm_swiglu(ty, parts[0], parts[1], gate.rows, x);
+            }
+            return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         }
         let mut out = self.tensor(x.rows, gate.rows)?;
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
@@ -1985,9 +2032,9 @@ fn reblock_rows(
     }
 }
 
-/// The GEMM entries of split format `ty` (main and deep k-stages) and its quant and staged
+/// The GEMM entries of split format `ty` (main and deep k-stages, paired SwiGLU) and its quant and staged
 /// scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
-fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {
+fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, &'static str, (usize, usize)) {
     fn words<F: SplitFormat>() -> (usize, usize) {
         (F::QS_WORDS, F::STAGED_WORDS)
     }
@@ -1995,31 +2042,37 @@ fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, (usize, usize)) {
         GgmlType::Q4_0 => (
             names::kiln_mma_q4_0,
             names::kiln_mma_deep_q4_0,
+            names::kiln_mma_swiglu_q4_0,
             words::<formats::Q4_0>(),
         ),
         GgmlType::Q4_1 => (
             names::kiln_mma_q4_1,
             names::kiln_mma_deep_q4_1,
+            names::kiln_mma_swiglu_q4_1,
             words::<formats::Q4_1>(),
         ),
         GgmlType::Q4_K => (
             names::kiln_mma_q4k,
             names::kiln_mma_deep_q4k,
+            names::kiln_mma_swiglu_q4k,
             words::<formats::Q4K>(),
         ),
         GgmlType::Q5_K => (
             names::kiln_mma_q5k,
             names::kiln_mma_deep_q5k,
+            names::kiln_mma_swiglu_q5k,
             words::<formats::Q5K>(),
         ),
         GgmlType::Q6_K => (
             names::kiln_mma_q6k,
             names::kiln_mma_deep_q6k,
+            names::kiln_mma_swiglu_q6k,
             words::<formats::Q6K>(),
         ),
         _ => (
             names::kiln_mma_q8_0,
             names::kiln_mma_deep_q8_0,
+            names::kiln_mma_swiglu_q8_0,
             words::<formats::Q8_0>(),
         ),
     }

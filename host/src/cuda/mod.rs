@@ -26,6 +26,38 @@ pub struct PtxModule {
     pub ptx: &'static str,
 }
 
+/// `ptx` with a `.maxntid threads, 1, 1` directive on every entry whose name starts with one of
+/// the `bounds` prefixes (rustc has no launch-bounds attribute for nvptx kernels, and without
+/// one ptxas may give a kernel more registers than a large block can have). An error if a
+/// prefix names no entry: the bound would silently not apply.
+pub fn with_launch_bounds(ptx: &str, bounds: &[(&str, u32)]) -> Result<String> {
+    let mut out = String::with_capacity(ptx.len() + 64 * bounds.len());
+    let mut hits = vec![0usize; bounds.len()];
+    let mut pending = None;
+    for line in ptx.split_inclusive('\n') {
+        out.push_str(line);
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            pending = bounds
+                .iter()
+                .position(|(prefix, _)| name.starts_with(prefix));
+        }
+        // The parameter list closes on a line of its own, before the body's `{`.
+        if line.starts_with(')')
+            && let Some(i) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {}, 1, 1\n", bounds[i].1));
+            hits[i] += 1;
+        }
+    }
+    if let Some(i) = hits.iter().position(|&h| h == 0) {
+        bail!(
+            "no kernel entry starts with {:?} for its launch bound",
+            bounds[i].0
+        );
+    }
+    Ok(out)
+}
+
 /// Launch shapes of policy `P` (what a module built for `P` is launched with).
 pub fn launch_shapes<P: policies::TargetPolicy>() -> &'static dyn LaunchShapes {
     shapes::for_module(P::NAME).expect("every policy has launch shapes")
@@ -159,6 +191,8 @@ impl Gpu {
                 .with_context(|| format!("KILN_PTX_OVERRIDE={}", path.to_string_lossy()))?,
             None => module.ptx.to_string(),
         };
+        let ptx_text = with_launch_bounds(&ptx_text, &shapes.launch_bounds())
+            .with_context(|| format!("the {} PTX module", module.name))?;
         let loaded = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx_text))
             .map_err(|e| {
@@ -694,4 +728,29 @@ unsafe fn launch_pdl(
     };
     ensure!(r == sys::CUresult::CUDA_SUCCESS, "cuLaunchKernelEx: {r:?}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_launch_bounds;
+
+    const PTX: &str = ".version 8.0\n.visible .entry kiln_mma_deep_q4_0(\n\t.param .u32 a\n)\n{\n\tret;\n}\n.visible .entry kiln_mma_q4_0(\n\t.param .u32 a\n)\n{\n\tret;\n}\n";
+
+    #[test]
+    fn launch_bounds_go_between_the_parameters_and_the_body_of_matching_entries_only() {
+        let out = with_launch_bounds(PTX, &[("kiln_mma_deep_", 512)]).unwrap();
+        let want = PTX.replacen(
+            "\t.param .u32 a\n)\n{",
+            "\t.param .u32 a\n)\n.maxntid 512, 1, 1\n{",
+            1,
+        );
+        assert_eq!(out, want);
+        assert_eq!(with_launch_bounds(PTX, &[]).unwrap(), PTX);
+    }
+
+    #[test]
+    fn a_launch_bound_naming_no_entry_is_an_error() {
+        let e = with_launch_bounds(PTX, &[("kiln_matvec_", 512)]).unwrap_err();
+        assert!(e.to_string().contains("kiln_matvec_"), "{e}");
+    }
 }

@@ -46,8 +46,14 @@ pub trait LaunchShapes: Send + Sync {
     /// The same GEMM with the policy's deep k-stages (`policies::DeepK`, the `kiln_mma_deep_*`
     /// entries).
     fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims;
+    /// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`) over gate and up matrices of `rows`.
+    fn mma_swiglu(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims;
     /// Most blocks per SM of a GEMM launch that takes the deep k-stages (0: never).
     fn gemm_deep_max_blocks_per_sm(&self) -> u32;
+    /// Entries (by name prefix) launched with more than 256 threads per block and the block
+    /// size: the module gets `.maxntid` for them ([`super::with_launch_bounds`]), so ptxas keeps
+    /// their registers within one block's share of the SM (else the launch fails).
+    fn launch_bounds(&self) -> Vec<(&'static str, u32)>;
     /// Fewest tokens for which the GEMM replaces the mat-vec (`P::GEMM_MIN_TOKENS`).
     fn gemm_min_tokens(&self) -> u32;
     fn per_row(&self, rows: u32) -> Dims;
@@ -175,8 +181,18 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims {
         launch::mma::<DeepK<P>>(rows, n, qs_words, staged)
     }
+    fn mma_swiglu(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims {
+        launch::mma_swiglu::<P>(rows, n, qs_words, staged)
+    }
     fn gemm_deep_max_blocks_per_sm(&self) -> u32 {
         P::GEMM_DEEP_MAX_BLOCKS_PER_SM
+    }
+    fn launch_bounds(&self) -> Vec<(&'static str, u32)> {
+        let deep = DeepK::<P>::GEMM_WARPS * policies::WARP;
+        [("kiln_mma_deep_", deep)]
+            .into_iter()
+            .filter(|&(_, threads)| threads > 256)
+            .collect()
     }
     fn gemm_min_tokens(&self) -> u32 {
         P::GEMM_MIN_TOKENS

@@ -236,7 +236,7 @@ impl<'a> QMatrix<'a> {
     pub fn try_new(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<Self> {
         activation_type(ty)?;
         let (qk, bs) = ty.block();
-        if cols % qk != 0 {
+        if !cols.is_multiple_of(qk) {
             bail!(
                 "QMatrix {}: cols {cols} is not a multiple of the block size {qk}",
                 ty.name()

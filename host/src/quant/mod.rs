@@ -76,7 +76,7 @@ impl Isa {
 /// identical to GGUF's.
 fn check_sizes(ty: GgmlType, n_elems: usize, n_bytes: usize, what: &str) -> Result<()> {
     let (qk, bs) = ty.block();
-    if n_elems % qk != 0 {
+    if !n_elems.is_multiple_of(qk) {
         bail!(
             "{what} {}: {n_elems} elements is not a multiple of the block size {qk}",
             ty.name()
@@ -147,7 +147,7 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
 pub fn quantize_activations_in(numerics: Numerics, weight: GgmlType, x: &[f32]) -> Result<Vec<u8>> {
     let at = activation_type(weight)?;
     let (qk, bs) = at.block();
-    if x.len() % qk != 0 {
+    if !x.len().is_multiple_of(qk) {
         bail!(
             "activations for {}: {} elements is not a multiple of {qk}",
             weight.name(),
@@ -268,7 +268,7 @@ pub fn vec_dot_with(isa: Isa, ty: GgmlType, w: &[u8], act: &[u8]) -> Result<f32>
     let (wqk, wbs) = ty.block();
     let at = activation_type(ty)?;
     let (aqk, abs) = at.block();
-    if w.len() % wbs != 0 {
+    if !w.len().is_multiple_of(wbs) {
         bail!(
             "dot: {} weight row of {} bytes is not whole blocks of {wbs}",
             ty.name(),

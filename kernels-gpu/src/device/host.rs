@@ -186,7 +186,7 @@ pub fn launch_with_timeout<F: Fn() + Sync>(dims: LaunchDims, timeout: Duration, 
         dims.block
     );
     assert!(
-        dims.block as usize % WARP == 0,
+        (dims.block as usize).is_multiple_of(WARP),
         "host grid needs whole warps (block {})",
         dims.block
     );
@@ -487,7 +487,7 @@ pub fn sin_cos(x: f32) -> (f32, f32) {
 
 pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     assert!(
-        p as usize % 16 == 0,
+        (p as usize).is_multiple_of(16),
         "ld_nc_v4: pointer {p:p} is not 16-byte aligned"
     );
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }

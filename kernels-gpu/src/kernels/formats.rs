@@ -453,8 +453,8 @@ pub fn split_gguf_blocks<F: SplitFormat>(
 ) -> bool {
     let blocks = rows * (cols / QK);
     let (qb, sb) = split_plane_bytes::<F>(rows, cols);
-    if cols % QK != 0
-        || (cols / QK) % F::GROUP != 0
+    if !cols.is_multiple_of(QK)
+        || !(cols / QK).is_multiple_of(F::GROUP)
         || src.len() != blocks * F::BLOCK_BYTES
         || qs.len() != qb
         || scales.len() != sb

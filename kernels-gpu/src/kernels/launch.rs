@@ -108,6 +108,15 @@ pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32, staged: u
     }
 }
 
+/// The paired GEMM + SwiGLU (`kernels/mma.rs`, `mma_swiglu_split`) over gate and up matrices
+/// of `rows` rows each: one block per `TILE_N` tokens (x) × `TILE_M / 2` outputs (y), whose
+/// weight tile holds those rows of both matrices.
+pub const fn mma_swiglu<P: TargetPolicy>(rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims {
+    let mut d = mma::<P>(&[rows], n, qs_words, staged);
+    d.grid_y = div_ceil(rows, P::TILE_M / 2);
+    d
+}
+
 /// Activation quantization to Q8_1 blocks: one warp per 32-element block.
 pub const fn quantize_q8_1<P: TargetPolicy>(cols: u32, n: u32) -> Dims {
     let warps = P::ROW_THREADS / WARP;

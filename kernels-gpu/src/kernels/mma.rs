@@ -43,9 +43,13 @@ pub const fn stage_words<P: TargetPolicy>(qs_words: u32, staged: u32) -> u32 {
     kb * (qs_words * P::TILE_M + staged * P::TILE_M + 4 * x_plane_words::<P>())
 }
 
-/// Dynamic shared memory of one GEMM block.
+/// Dynamic shared memory of one GEMM block: the stages, or, if more, the k groups' sums
+/// (`k_group_sums`), which reuse the stages' bytes once the reduction is done.
 pub const fn smem_bytes<P: TargetPolicy>(qs_words: u32, staged: u32) -> u32 {
-    P::STAGES * stage_words::<P>(qs_words, staged) * 4
+    let stages = P::STAGES * stage_words::<P>(qs_words, staged) * 4;
+    let sums =
+        (P::GEMM_WARPS - P::GEMM_WARPS / P::GEMM_K_GROUPS) * P::GEMM_WARP_M * P::GEMM_WARP_N * 4;
+    if sums > stages { sums } else { stages }
 }
 
 /// Scale entries one thread loads per stage, held in registers (compile-time bound).
@@ -107,8 +111,60 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         expert_row0: 0,
         order: core::ptr::null(),
         order_div: 1,
+        up_qs: core::ptr::null(),
+        up_scales: core::ptr::null(),
+        yh: core::ptr::null_mut(),
     };
-    unsafe { tile_for::<P, F, false>(a) }
+    unsafe { tile_for::<P, F, false, false>(a) }
+}
+
+/// The first half of a SwiGLU feed-forward in one GEMM: `y` (`n × rows`) = `silu(x·Gᵀ) ⊙
+/// (x·Uᵀ)`, also written to `yh` rounded to f16 (the down projection's GEMM input, so no
+/// `to_f16` of its own). G and U (`rows × cols` each, split layout `F`) share each block's weight
+/// tile: 16 gate rows, then the same 16 up rows, and so on (`Args::tile_row`), so a warp's two
+/// 16-row fragments are the two factors of the same outputs and the product needs no exchange.
+/// `silu` and the f16 rounding are the `swiglu` and `to_f16` kernels' own, so the outputs are
+/// those of the unfused launches bit for bit. Launch:
+/// [`launch::mma_swiglu`](crate::kernels::launch::mma_swiglu).
+#[allow(clippy::too_many_arguments)] // the entry's parameter list
+pub unsafe fn mma_swiglu_split<P: TargetPolicy, F: SplitFormat>(
+    gate_qs: *const u32,
+    gate_scales: *const u8,
+    up_qs: *const u32,
+    up_scales: *const u8,
+    y: *mut f32,
+    yh: *mut u16,
+    rows: u32,
+    x: *const u32,
+    cols: u32,
+    n: u32,
+) {
+    const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
+    const {
+        assert!(
+            P::GEMM_WARP_M == 32,
+            "a paired warp tile is 16 gate + 16 up rows"
+        )
+    };
+    let a = Args {
+        qs: gate_qs,
+        scales: gate_scales,
+        x,
+        y,
+        rows,
+        cols,
+        n,
+        acc: false,
+        row0: block_idx_y() * (P::TILE_M / 2),
+        tok0: block_idx() * P::TILE_N,
+        expert_row0: 0,
+        order: core::ptr::null(),
+        order_div: 1,
+        up_qs,
+        up_scales,
+        yh,
+    };
+    unsafe { tile_for::<P, F, false, true>(a) }
 }
 
 /// The grouped GEMM of a mixture-of-experts layer over the route's slots sorted by expert
@@ -160,8 +216,11 @@ pub unsafe fn moe_mma_split<P: TargetPolicy, F: SplitFormat>(
         expert_row0: expert * rows,
         order,
         order_div,
+        up_qs: core::ptr::null(),
+        up_scales: core::ptr::null(),
+        yh: core::ptr::null_mut(),
     };
-    unsafe { tile_for::<P, F, true>(a) }
+    unsafe { tile_for::<P, F, true, false>(a) }
 }
 
 /// u32 words of one entry of `moe_sort`'s token-tile table: expert, first and end position.
@@ -170,18 +229,20 @@ pub const MOE_TILE_WORDS: usize = 3;
 /// The tile body for the policy's warp tile in fragments, as const generics so accumulators and
 /// fragments are fixed-size register arrays (`policies::check` admits exactly these).
 #[inline(always)]
-unsafe fn tile_for<P: TargetPolicy, F: SplitFormat, const GROUPED: bool>(a: Args) {
+unsafe fn tile_for<P: TargetPolicy, F: SplitFormat, const GROUPED: bool, const PAIR: bool>(
+    a: Args,
+) {
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
-            (1, 2) => tile::<P, F, 1, 2, GROUPED>(a),
-            (1, 4) => tile::<P, F, 1, 4, GROUPED>(a),
-            (1, 8) => tile::<P, F, 1, 8, GROUPED>(a),
-            (2, 2) => tile::<P, F, 2, 2, GROUPED>(a),
-            (2, 4) => tile::<P, F, 2, 4, GROUPED>(a),
-            (2, 8) => tile::<P, F, 2, 8, GROUPED>(a),
-            (4, 2) => tile::<P, F, 4, 2, GROUPED>(a),
-            (4, 4) => tile::<P, F, 4, 4, GROUPED>(a),
-            _ => tile::<P, F, 4, 8, GROUPED>(a),
+            (1, 2) => tile::<P, F, 1, 2, GROUPED, PAIR>(a),
+            (1, 4) => tile::<P, F, 1, 4, GROUPED, PAIR>(a),
+            (1, 8) => tile::<P, F, 1, 8, GROUPED, PAIR>(a),
+            (2, 2) => tile::<P, F, 2, 2, GROUPED, PAIR>(a),
+            (2, 4) => tile::<P, F, 2, 4, GROUPED, PAIR>(a),
+            (2, 8) => tile::<P, F, 2, 8, GROUPED, PAIR>(a),
+            (4, 2) => tile::<P, F, 4, 2, GROUPED, PAIR>(a),
+            (4, 4) => tile::<P, F, 4, 4, GROUPED, PAIR>(a),
+            _ => tile::<P, F, 4, 8, GROUPED, PAIR>(a),
         }
     }
 }
@@ -206,6 +267,11 @@ struct Args {
     /// `order[t] / order_div` of `x` and `order[t]` of `y`.
     order: *const u32,
     order_div: u32,
+    /// The paired GEMM ([`mma_swiglu_split`]): `qs`/`scales` are the gate matrix, these the up
+    /// matrix, and `yh` takes the SwiGLU output in f16 beside `y`'s f32 (null otherwise).
+    up_qs: *const u32,
+    up_scales: *const u8,
+    yh: *mut u16,
 }
 
 impl Args {
@@ -231,6 +297,22 @@ impl Args {
     #[inline(always)]
     fn weight_row(&self, r: u32) -> u32 {
         self.expert_row0 + r.min(self.rows - 1)
+    }
+
+    /// Where row `r` of the block's weight tile comes from: quants, scales and weight row. A
+    /// paired tile ([`mma_swiglu_split`]) interleaves 16 gate rows and the same 16 up rows, so
+    /// a 32-row warp tile holds both factors of 16 outputs in the same fragment slots.
+    #[inline(always)]
+    fn tile_row<const PAIR: bool>(&self, row0: u32, r: u32) -> (*const u32, *const u8, u32) {
+        if PAIR {
+            let row = self.weight_row(row0 + r / 32 * 16 + r % 16);
+            match (r / 16) % 2 {
+                0 => (self.qs, self.scales, row),
+                _ => (self.up_qs, self.up_scales, row),
+            }
+        } else {
+            (self.qs, self.scales, self.weight_row(row0 + r))
+        }
     }
 }
 
@@ -266,7 +348,11 @@ struct Problem {
 impl Problem {
     /// Issue the `cp.async` copies of stage `st`'s weight quants and activations into `dst`.
     #[inline(always)]
-    unsafe fn copy_stage<P: TargetPolicy, F: SplitFormat>(&self, st: u32, dst: Stage) {
+    unsafe fn copy_stage<P: TargetPolicy, F: SplitFormat, const PAIR: bool>(
+        &self,
+        st: u32,
+        dst: Stage,
+    ) {
         let kb = P::TILE_K / QK as u32;
         let threads = P::GEMM_WARPS * WARP;
         let hw = F::QS_WORDS as u32 / 4;
@@ -277,12 +363,9 @@ impl Problem {
             let (h, r, j) = (c % hw, (c / hw) % P::TILE_M, c / (hw * P::TILE_M));
             let b = st * kb + j;
             if b < self.nb {
-                let row = self.a.weight_row(self.row0 + r);
-                let src = unsafe {
-                    self.a
-                        .qs
-                        .add(((row * self.nb + b) * F::QS_WORDS as u32 + 4 * h) as usize)
-                };
+                let (qs, _, row) = self.a.tile_row::<PAIR>(self.row0, r);
+                let src =
+                    unsafe { qs.add(((row * self.nb + b) * F::QS_WORDS as u32 + 4 * h) as usize) };
                 unsafe {
                     cp_async_16(
                         dst.wq.add((((j * hw + h) * P::TILE_M + r) * 4) as usize),
@@ -332,7 +415,7 @@ impl Problem {
 
     /// This thread's block sides of stage `st`, loaded now and stored after the compute.
     #[inline(always)]
-    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat>(
+    unsafe fn load_scales<P: TargetPolicy, F: SplitFormat, const PAIR: bool>(
         &self,
         st: u32,
     ) -> [F::Side; MAX_STAGED] {
@@ -340,9 +423,9 @@ impl Problem {
         let mut s = [F::Side::default(); MAX_STAGED];
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
-                let row = self.a.weight_row(self.row0 + r);
+                let (_, scales, row) = self.a.tile_row::<PAIR>(self.row0, r);
                 let blk = (row * self.nb + st * kb + j) as usize;
-                s[i] = load_side::<F>(self.a.scales, blk);
+                s[i] = load_side::<F>(scales, blk);
             }
         });
         s
@@ -377,6 +460,7 @@ unsafe fn tile<
     const MI: usize,
     const NI: usize,
     const GROUPED: bool,
+    const PAIR: bool,
 >(
     a: Args,
 ) {
@@ -396,10 +480,16 @@ unsafe fn tile<
         row0: a.row0,
         tok0: a.tok0,
     };
+    // Warp `w` computes warp tile `w % tile_warps` over k group `w / tile_warps`'s blocks.
+    let tile_warps = P::GEMM_WARPS / P::GEMM_K_GROUPS;
+    let (tw, k_group) = match P::GEMM_K_GROUPS {
+        1 => (warp_id(), 0), // folds the group's offsets away
+        _ => (warp_id() % tile_warps, warp_id() / tile_warps),
+    };
     let warps_m = P::TILE_M / P::GEMM_WARP_M;
     let (wr0, wt0) = (
-        (warp_id() % warps_m) * P::GEMM_WARP_M,
-        (warp_id() / warps_m) * P::GEMM_WARP_N,
+        (tw % warps_m) * P::GEMM_WARP_M,
+        (tw / warps_m) * P::GEMM_WARP_N,
     );
     let hw = F::QS_WORDS as u32 / 4;
     let (g, t) = (lane() / 4, lane() % 4);
@@ -416,8 +506,8 @@ unsafe fn tile<
     for st in 0..P::STAGES - 1 {
         if st < stages {
             unsafe {
-                pr.copy_stage::<P, F>(st, Stage::at::<P, F>(st));
-                let s = pr.load_scales::<P, F>(st);
+                pr.copy_stage::<P, F, PAIR>(st, Stage::at::<P, F>(st));
+                let s = pr.load_scales::<P, F, PAIR>(st);
                 pr.store_scales::<P, F>(st, &s, Stage::at::<P, F>(st));
             }
         }
@@ -433,8 +523,8 @@ unsafe fn tile<
         let next = st + P::STAGES - 1;
         let next_slot = Stage::at::<P, F>(next % P::STAGES);
         let staged = if next < stages {
-            unsafe { pr.copy_stage::<P, F>(next, next_slot) };
-            unsafe { pr.load_scales::<P, F>(next) }
+            unsafe { pr.copy_stage::<P, F, PAIR>(next, next_slot) };
+            unsafe { pr.load_scales::<P, F, PAIR>(next) }
         } else {
             [F::Side::default(); MAX_STAGED]
         };
@@ -442,12 +532,13 @@ unsafe fn tile<
 
         let cur = Stage::at::<P, F>(st % P::STAGES);
         // Unrolled (`kb` is a constant per policy): every shared-memory offset below becomes an
-        // immediate instead of per-load address arithmetic.
+        // immediate instead of per-load address arithmetic (plus, with k groups, the group's
+        // one offset: its blocks are `k_group`, `k_group + GEMM_K_GROUPS`, ...).
         unroll::<MAX_STAGE_BLOCKS>(
             #[inline(always)]
-            |j| {
-                let j = j as u32;
-                if j >= kb || st * kb + j >= nb || !warp_live {
+            |jj| {
+                let j = jj as u32 * P::GEMM_K_GROUPS + k_group;
+                if jj as u32 >= kb / P::GEMM_K_GROUPS || st * kb + j >= nb || !warp_live {
                     return; // the same for the whole block (the k tail) or warp
                 }
                 // A fragments of both k-steps: a[mi][s] = (row g, pair 0), (g+8, pair 0), (g, pair 1),
@@ -520,7 +611,27 @@ unsafe fn tile<
         }
     }
 
+    if P::GEMM_K_GROUPS > 1 && !unsafe { k_group_sums::<P, MI, NI>(&mut acc, tw, k_group) } {
+        return;
+    }
     // C fragment: element i is (row g + 8·(i/2), token 2t + i%2).
+    if PAIR {
+        // Fragment 0 holds 16 gate rows, fragment 1 the same 16 up rows (`Args::tile_row`).
+        if MI == 2 {
+            unroll::<NI>(|ni| {
+                unroll::<4>(|i| {
+                    let row = pr.row0 + wr0 / 2 + g + 8 * (i as u32 / 2);
+                    let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
+                    if row < a.rows && tok < a.n {
+                        let v = silu(acc[0][ni][i]) * acc[1 % MI][ni][i];
+                        let at = (tok * a.rows + row) as usize;
+                        unsafe { (*a.y.add(at), *a.yh.add(at)) = (v, f32_to_f16(v)) };
+                    }
+                })
+            });
+        }
+        return;
+    }
     unroll::<MI>(
         #[inline(always)]
         |mi| {
@@ -549,4 +660,48 @@ unsafe fn tile<
             )
         },
     );
+}
+
+/// Adds the k groups' accumulators of each warp tile, in group order, into group 0's `acc`
+/// through shared memory (the stages' bytes: every `cp.async` has landed and every warp is past
+/// its last stage once the first barrier is passed). Returns whether this warp holds the sums
+/// (group 0), which then stores them. Every thread of the block must call.
+#[inline(always)]
+unsafe fn k_group_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
+    acc: &mut [[[f32; 4]; NI]; MI],
+    tile_warp: u32,
+    k_group: u32,
+) -> bool {
+    let tile_warps = P::GEMM_WARPS / P::GEMM_K_GROUPS;
+    // Lane-fastest: a warp's 32 stores or loads of one accumulator element hit 32 banks.
+    let slot = |group: u32, e: usize| {
+        ((((group - 1) * tile_warps + tile_warp) as usize * MI * NI * 4 + e) * WARP as usize)
+            + lane() as usize
+    };
+    let sums = shared_mem::<f32>();
+    cp_async_wait(0);
+    sync_threads();
+    if k_group > 0 {
+        unroll::<MI>(|mi| {
+            unroll::<NI>(|ni| {
+                unroll::<4>(|i| unsafe {
+                    *sums.add(slot(k_group, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
+                })
+            })
+        });
+    }
+    sync_threads();
+    if k_group > 0 {
+        return false;
+    }
+    for group in 1..P::GEMM_K_GROUPS {
+        unroll::<MI>(|mi| {
+            unroll::<NI>(|ni| {
+                unroll::<4>(|i| {
+                    acc[mi][ni][i] += unsafe { *sums.add(slot(group, (mi * NI + ni) * 4 + i)) }
+                })
+            })
+        });
+    }
+    true
 }

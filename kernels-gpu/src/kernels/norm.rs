@@ -154,7 +154,7 @@ unsafe fn norm_q8_chunks(
             unsafe {
                 st_v4(out.add(at) as *mut u32, y.map(f32::to_bits));
                 *(xq.add(at) as *mut u32) = packed;
-                if j % 8 == 0 {
+                if j.is_multiple_of(8) {
                     (*xds.add(at / 16), *xds.add(at / 16 + 1)) = q8_1_stored(d, sum);
                 }
             }

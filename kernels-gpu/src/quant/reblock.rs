@@ -34,7 +34,7 @@ fn each_block<B: QuantBlock>(
     mut write: impl FnMut(&B, usize, &mut [u8]) -> Result<(), ReblockError>,
 ) -> Result<(), ReblockError> {
     let supers = src.len() / bytes;
-    if src.len() % bytes != 0 || dst.len() != supers * 8 * out_bytes {
+    if !src.len().is_multiple_of(bytes) || dst.len() != supers * 8 * out_bytes {
         return Err(ReblockError::Size);
     }
     for (sb, out) in src
@@ -56,7 +56,7 @@ fn each_block<B: QuantBlock>(
 /// instead of 5.5, every weight exact.
 pub fn q5_0_as_q8_0(src: &[u8], dst: &mut [u8]) -> Result<(), ReblockError> {
     let blocks = src.len() / BlockQ5_0::BYTES;
-    if src.len() % BlockQ5_0::BYTES != 0 || dst.len() != blocks * BlockQ8_0::BYTES {
+    if !src.len().is_multiple_of(BlockQ5_0::BYTES) || dst.len() != blocks * BlockQ8_0::BYTES {
         return Err(ReblockError::Size);
     }
     for (from, to) in src

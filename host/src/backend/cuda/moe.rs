@@ -160,7 +160,7 @@ pub(super) fn swiglu_add(
     if let Some((order, Some(tiles))) = sorted.as_ref() {
         // A prompt: the grouped tensor-core GEMMs, gate and up in one launch.
         let gemm = |ty, mats: &[(Arg, Arg, &CudaTensor)], rows, x: &CudaTensor, div| {
-            let (_, _, (qs_words, staged)) = gemm_entries(ty);
+            let (_, _, _, (qs_words, staged)) = gemm_entries(ty);
             let dims = sh.moe_mma(
                 rows,
                 mats.len() as u32,
