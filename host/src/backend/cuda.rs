@@ -100,6 +100,9 @@ pub struct Cuda {
     /// Small GEMM launches take the policy's deep k-stages (`GEMM_DEEP_MAX_BLOCKS_PER_SM`);
     /// `KILN_GEMM_DEEP=0` keeps every launch on the main configuration (the A/B switch).
     gemm_deep: bool,
+    /// Prefill's gate, up and SwiGLU in one paired GEMM (`kiln_mma_swiglu_*`);
+    /// `KILN_GEMM_SWIGLU=0` runs the gate/up GEMM, `swiglu` and `to_f16` instead (the A/B switch).
+    gemm_swiglu: bool,
     /// Mat-vecs with rows to spare take the wide instantiation (`MATVEC_WIDE_ROWS_PER_WARP`);
     /// `KILN_MATVEC_WIDE=0` keeps them at one row per warp (the A/B switch).
     matvec_wide: bool,
@@ -167,6 +170,7 @@ impl Cuda {
             attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
             mapped_tables: mapped,
             gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
+            gemm_swiglu: std::env::var("KILN_GEMM_SWIGLU").map_or(true, |v| v != "0"),
             matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
             matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
             attention_mma: std::env::var("KILN_ATTN_MMA").map_or(true, |v| v != "0"),
@@ -209,6 +213,7 @@ impl Cuda {
             f32_activations: false,
             mapped_tables: true,
             gemm_deep: true,
+            gemm_swiglu: true,
             matvec_wide: true,
             matvec3_wide: true,
             attention_mma: true,
@@ -1829,7 +1834,7 @@ impl Backend for Cuda {
             if !self.gemm_for(x.rows) {
                 return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
             }
-            if gate.rows.is_multiple_of(2) {
+            if self.gemm_swiglu && gate.rows.is_multiple_of(2) {
                 // Prefill: gate, up and SwiGLU in one GEMM launch, whose f16 copy of the
                 // output is the down projection's GEMM input.
                 return self.launch_gemm_swiglu(ty, parts[0], parts[1], gate.rows, x);
