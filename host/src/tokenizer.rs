@@ -298,10 +298,8 @@ impl Tokenizer {
     /// Like [`Self::encode`], also appending EOS when `add_eos` (see [`Self::add_eos_default`]).
     pub fn encode_with(&self, text: &str, add_bos: bool, add_eos: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
-        if add_bos {
-            if let Some(b) = self.bos {
-                out.push(b);
-            }
+        if add_bos && let Some(b) = self.bos {
+            out.push(b);
         }
         let mut prev_special = true;
         for frag in self.split_specials(text) {
@@ -316,10 +314,8 @@ impl Tokenizer {
                 }
             }
         }
-        if add_eos {
-            if let Some(e) = self.eos {
-                out.push(e);
-            }
+        if add_eos && let Some(e) = self.eos {
+            out.push(e);
         }
         Ok(out)
     }

@@ -84,6 +84,7 @@ impl<R: Backend, C: Backend> Lockstep<R, C> {
             Some((_, w)) => *w = w.max(rel),
             None => rep.worst.push((kind.to_string(), rel)),
         }
+        #[allow(clippy::neg_cmp_op_on_partial_ord)] // a NaN difference is a mismatch too
         if !(rel <= self.tolerance) {
             rep.mismatches.push(format!(
                 "{op}: rel diff {rel:.2e} at element {at} (reference {}, candidate {})",

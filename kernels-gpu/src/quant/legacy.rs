@@ -49,7 +49,7 @@ pub struct BlockQ5_1 {
 
 /// `value = q * d`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockQ8_0 {
     pub d: u16,
     pub qs: [i8; 32],
@@ -58,7 +58,7 @@ pub struct BlockQ8_0 {
 /// Activation format paired with Q4_1: `s = d * sum(qs)` lets the dot product fold Q4_1's
 /// offset `m` in with one multiply per block.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockQ8_1 {
     pub d: u16,
     pub s: u16,
@@ -71,22 +71,6 @@ const _: () = assert!(core::mem::size_of::<BlockQ5_0>() == 22);
 const _: () = assert!(core::mem::size_of::<BlockQ5_1>() == 24);
 const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::size_of::<BlockQ8_1>() == 36);
-
-impl Default for BlockQ8_0 {
-    fn default() -> Self {
-        Self { d: 0, qs: [0; 32] }
-    }
-}
-
-impl Default for BlockQ8_1 {
-    fn default() -> Self {
-        Self {
-            d: 0,
-            s: 0,
-            qs: [0; 32],
-        }
-    }
-}
 
 /// The 4-bit code of element `i` (0..32) in Q4_0/Q4_1's nibble order.
 #[inline(always)]
