@@ -393,3 +393,31 @@ fn gpu_mma_large() {
         });
     common::run_gpu("gpu_mma_large", 32, case, gemm);
 }
+
+/// Every policy's embedded module takes its launch bounds: on sm_90 each of the six deep GEMM
+/// entries (two k groups: 512 threads) gets `.maxntid 512, 1, 1` right after its parameter
+/// list, and nothing else changes; the policies whose deep GEMM keeps 256 threads get none.
+#[test]
+fn embedded_modules_take_the_deep_gemms_launch_bounds() {
+    for m in kiln::PTX_MODULES {
+        let bounds = kiln_host::cuda::launch_shapes_of(m.name).launch_bounds();
+        let out = kiln_host::cuda::with_launch_bounds(m.ptx, &bounds).unwrap();
+        let added = out.matches(".maxntid").count() - m.ptx.matches(".maxntid").count();
+        match m.name {
+            "sm_90" => {
+                assert_eq!(bounds, [("kiln_mma_deep_", 512)]);
+                assert_eq!(added, 6, "sm_90: deep GEMM entries bounded");
+                let at = out.find(".visible .entry kiln_mma_deep_q4_0(").unwrap();
+                let head = &out[at..at + out[at..].find('{').unwrap()];
+                let lines: Vec<&str> = head.lines().collect();
+                assert!(
+                    lines[lines.len() - 2].starts_with(')')
+                        && lines[lines.len() - 1] == ".maxntid 512, 1, 1",
+                    "{head}"
+                );
+            }
+            _ => assert_eq!((bounds.len(), added), (0, 0), "{}", m.name),
+        }
+        assert_eq!(out.replace(".maxntid 512, 1, 1\n", ""), m.ptx, "{}", m.name);
+    }
+}

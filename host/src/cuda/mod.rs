@@ -63,6 +63,11 @@ pub fn launch_shapes<P: policies::TargetPolicy>() -> &'static dyn LaunchShapes {
     shapes::for_module(P::NAME).expect("every policy has launch shapes")
 }
 
+/// Launch shapes of the policy a module named `name` (`PtxModule::name`) was built for.
+pub fn launch_shapes_of(name: &str) -> &'static dyn LaunchShapes {
+    shapes::for_module(name).expect("every embedded module has launch shapes")
+}
+
 /// Whether a CUDA driver library can be loaded at all (cudarc panics if we try without one).
 pub fn driver_present() -> bool {
     // SAFETY: only probes for the shared library.
