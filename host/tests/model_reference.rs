@@ -956,6 +956,19 @@ fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
             5e-3,
             &format!("{what} dense prefill, CUDA-on-host vs CPU"),
         );
+        // Switched off: the gate/up GEMM, then `swiglu` (and `to_f16` for the down GEMM).
+        let unpaired = Cuda::host::<policies::Hopper>().with_gemm_swiglu(false);
+        let got = prefill_all(&unpaired, &file, &TOKENS);
+        assert!(
+            unpaired.gpu().host_launches(names::kiln_swiglu) > 0,
+            "{what}: with the paired GEMM off, swiglu never ran"
+        );
+        assert_positions_close(
+            &want,
+            &got,
+            5e-3,
+            &format!("{what} dense prefill, paired GEMM off, CUDA-on-host vs CPU"),
+        );
     }
 }
 

@@ -352,6 +352,12 @@ impl Cuda {
         self
     }
 
+    /// Whether prefill's gate, up and SwiGLU run as one paired GEMM (`KILN_GEMM_SWIGLU`).
+    pub fn with_gemm_swiglu(mut self, on: bool) -> Self {
+        self.gemm_swiglu = on;
+        self
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         let n = (rows * cols).max(1);
         let mut guard = self.pool.borrow_mut();
@@ -1839,7 +1845,19 @@ impl Backend for Cuda {
                 // output is the down projection's GEMM input.
                 return self.launch_gemm_swiglu(ty, parts[0], parts[1], gate.rows, x);
             }
-            return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
+            // Gate and up in one GEMM launch, then SwiGLU.
+            let (g, u) = (
+                self.tensor(x.rows, gate.rows)?,
+                self.tensor(x.rows, up.rows)?,
+            );
+            let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
+            self.launch_gemm(
+                ty,
+                &[(gq, gs, gate, g.arg()), (uq, us, up, u.arg())],
+                x,
+                false,
+            )?;
+            return self.swiglu(&g, &u);
         }
         let mut out = self.tensor(x.rows, gate.rows)?;
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);

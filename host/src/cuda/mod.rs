@@ -60,12 +60,12 @@ pub fn with_launch_bounds(ptx: &str, bounds: &[(&str, u32)]) -> Result<String> {
 
 /// Launch shapes of policy `P` (what a module built for `P` is launched with).
 pub fn launch_shapes<P: policies::TargetPolicy>() -> &'static dyn LaunchShapes {
-    shapes::for_module(P::NAME).expect("every policy has launch shapes")
+    launch_shapes_of(P::NAME)
 }
 
 /// Launch shapes of the policy a module named `name` (`PtxModule::name`) was built for.
 pub fn launch_shapes_of(name: &str) -> &'static dyn LaunchShapes {
-    shapes::for_module(name).expect("every embedded module has launch shapes")
+    shapes::for_module(name).expect("every policy has launch shapes")
 }
 
 /// Whether a CUDA driver library can be loaded at all (cudarc panics if we try without one).
