@@ -632,7 +632,7 @@ impl Cuda {
         acc: bool,
     ) -> Result<()> {
         let x = self.settled(x)?;
-        let (k, deep, _, (qs_words, staged)) = gemm_entries(ty);
+        let e = gemm_entries(ty);
         ensure!(
             (1..=3).contains(&ws.len()),
             "GEMM: {} weights in one launch (1 to 3 fit)",
@@ -660,16 +660,16 @@ impl Cuda {
         // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
-        let dims = sh.mma(&rows, x.rows as u32, qs_words as u32, staged as u32);
+        let dims = sh.mma(&rows, x.rows as u32, e.qs_words, e.staged_words);
         let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
         let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
         let (k, dims) = if self.gemm_deep && blocks <= small {
             (
-                deep,
-                sh.mma_deep(&rows, x.rows as u32, qs_words as u32, staged as u32),
+                e.deep,
+                sh.mma_deep(&rows, x.rows as u32, e.qs_words, e.staged_words),
             )
         } else {
-            (k, dims)
+            (e.main, dims)
         };
         args.extend([h, u32_arg(x.cols, "cols")?, n, Arg::U32(u32::from(acc))]);
         self.gpu.launch(k, dims, &args)
@@ -686,7 +686,7 @@ impl Cuda {
         x: &CudaTensor,
     ) -> Result<CudaTensor> {
         let x = self.settled(x)?;
-        let (_, _, k, (qs_words, staged)) = gemm_entries(ty);
+        let e = gemm_entries(ty);
         let mut out = self.tensor(x.rows, rows)?;
         let out16 = self.tensor(x.rows, rows / 2)?;
         let (h, _alive) = self.f16_arg(x)?;
@@ -694,7 +694,7 @@ impl Cuda {
         let dims = self
             .gpu
             .shapes()
-            .mma_swiglu(r, n, qs_words as u32, staged as u32);
+            .mma_swiglu(r, n, e.qs_words, e.staged_words);
         let args = [
             gq.arg(),
             gs.arg(),
@@ -705,7 +705,8 @@ impl Cuda {
             Arg::U32(r),
         ];
         let rest = [h, u32_arg(x.cols, "cols")?, Arg::U32(n)];
-        self.gpu.launch(k, dims, &[&args[..], &rest[..]].concat())?;
+        self.gpu
+            .launch(e.swiglu, dims, &[&args[..], &rest[..]].concat())?;
         out.f16 = Some(Box::new(out16));
         Ok(out)
     }
@@ -2055,49 +2056,47 @@ fn reblock_rows(
     }
 }
 
-/// The GEMM entries of split format `ty` (main and deep k-stages, paired SwiGLU) and its quant and staged
-/// scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
-fn gemm_entries(ty: GgmlType) -> (&'static str, &'static str, &'static str, (usize, usize)) {
-    fn words<F: SplitFormat>() -> (usize, usize) {
-        (F::QS_WORDS, F::STAGED_WORDS)
+/// The tensor-core GEMM entries of one split format and the sizes its launches are shaped by.
+#[derive(Clone, Copy)]
+struct GemmEntries {
+    /// The main k-stages (launches of several blocks per SM).
+    main: &'static str,
+    /// The deep k-stages (launches of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM).
+    deep: &'static str,
+    /// Gate, up and SwiGLU in one paired GEMM.
+    swiglu: &'static str,
+    /// Quant and staged scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
+    qs_words: u32,
+    staged_words: u32,
+}
+
+/// The GEMM entries of split format `ty` (Q8_0 for any format without its own).
+fn gemm_entries(ty: GgmlType) -> GemmEntries {
+    fn of<F: SplitFormat>(
+        main: &'static str,
+        deep: &'static str,
+        swiglu: &'static str,
+    ) -> GemmEntries {
+        GemmEntries {
+            main,
+            deep,
+            swiglu,
+            qs_words: F::QS_WORDS as u32,
+            staged_words: F::STAGED_WORDS as u32,
+        }
     }
+    use names::*;
     match ty {
-        GgmlType::Q4_0 => (
-            names::kiln_mma_q4_0,
-            names::kiln_mma_deep_q4_0,
-            names::kiln_mma_swiglu_q4_0,
-            words::<formats::Q4_0>(),
-        ),
-        GgmlType::Q4_1 => (
-            names::kiln_mma_q4_1,
-            names::kiln_mma_deep_q4_1,
-            names::kiln_mma_swiglu_q4_1,
-            words::<formats::Q4_1>(),
-        ),
-        GgmlType::Q4_K => (
-            names::kiln_mma_q4k,
-            names::kiln_mma_deep_q4k,
-            names::kiln_mma_swiglu_q4k,
-            words::<formats::Q4K>(),
-        ),
-        GgmlType::Q5_K => (
-            names::kiln_mma_q5k,
-            names::kiln_mma_deep_q5k,
-            names::kiln_mma_swiglu_q5k,
-            words::<formats::Q5K>(),
-        ),
-        GgmlType::Q6_K => (
-            names::kiln_mma_q6k,
-            names::kiln_mma_deep_q6k,
-            names::kiln_mma_swiglu_q6k,
-            words::<formats::Q6K>(),
-        ),
-        _ => (
-            names::kiln_mma_q8_0,
-            names::kiln_mma_deep_q8_0,
-            names::kiln_mma_swiglu_q8_0,
-            words::<formats::Q8_0>(),
-        ),
+        GgmlType::Q4_0 => {
+            of::<formats::Q4_0>(kiln_mma_q4_0, kiln_mma_deep_q4_0, kiln_mma_swiglu_q4_0)
+        }
+        GgmlType::Q4_1 => {
+            of::<formats::Q4_1>(kiln_mma_q4_1, kiln_mma_deep_q4_1, kiln_mma_swiglu_q4_1)
+        }
+        GgmlType::Q4_K => of::<formats::Q4K>(kiln_mma_q4k, kiln_mma_deep_q4k, kiln_mma_swiglu_q4k),
+        GgmlType::Q5_K => of::<formats::Q5K>(kiln_mma_q5k, kiln_mma_deep_q5k, kiln_mma_swiglu_q5k),
+        GgmlType::Q6_K => of::<formats::Q6K>(kiln_mma_q6k, kiln_mma_deep_q6k, kiln_mma_swiglu_q6k),
+        _ => of::<formats::Q8_0>(kiln_mma_q8_0, kiln_mma_deep_q8_0, kiln_mma_swiglu_q8_0),
     }
 }
 

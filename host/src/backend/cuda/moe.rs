@@ -160,14 +160,14 @@ pub(super) fn swiglu_add(
     if let Some((order, Some(tiles))) = sorted.as_ref() {
         // A prompt: the grouped tensor-core GEMMs, gate and up in one launch.
         let gemm = |ty, mats: &[(Arg, Arg, &CudaTensor)], rows, x: &CudaTensor, div| {
-            let (_, _, _, (qs_words, staged)) = gemm_entries(ty);
+            let e = gemm_entries(ty);
             let dims = sh.moe_mma(
                 rows,
                 mats.len() as u32,
                 slots,
                 moe.n_expert as u32,
-                qs_words as u32,
-                staged as u32,
+                e.qs_words,
+                e.staged_words,
             );
             let x16 = cuda.to_f16(x)?; // alive until the launch is issued
             let mut args = Vec::with_capacity(13);
