@@ -17,7 +17,8 @@ use kernels_gpu::kernels::mma::MOE_TILE_WORDS;
 use kernels_gpu::kernels::moe::MOE_MAX_EXPERTS;
 
 use super::{
-    Cuda, CudaTensor, CudaWeight, Storage, by_format, gemm_entries, split_parts, to_u32, u32_arg,
+    Cuda, CudaTensor, CudaWeight, Storage, by_format, gemm::gemm_entries, split_parts, to_u32,
+    u32_arg,
 };
 use crate::backend::Backend;
 use crate::backend::Moe;
