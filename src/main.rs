@@ -267,6 +267,7 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // made once per process
 enum Picked {
     Cpu(Cpu),
     Cuda(Cuda),

@@ -32,10 +32,13 @@ use kernels_gpu::entries::names;
 use kernels_gpu::kernels::launch::Dims;
 use kernels_gpu::kernels::residual_norm::MAX_DEFERRED_COLS;
 
-use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, check_row};
+use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, StepFn, check_row};
 use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
 use crate::gguf::{GgmlType, GgufFile};
 use attention::check_attention;
+
+/// A model's host RoPE frequency divisors and the device copy made from them.
+type RopeFactors = (Arc<[f32]>, DBuf<f32>);
 
 /// Free activation buffers by element count. While a step is recorded, buffers come from and
 /// return to `recording` instead, which the recorded graph keeps: its buffers are then never
@@ -136,7 +139,7 @@ pub struct Cuda {
     /// limit: the A/B switch).
     norm_defer_rows: usize,
     /// The model's RoPE frequency divisors on the device, uploaded at first use.
-    rope_factors: RefCell<Option<(Arc<[f32]>, DBuf<f32>)>>,
+    rope_factors: RefCell<Option<RopeFactors>>,
 }
 
 impl Cuda {
@@ -1496,7 +1499,7 @@ impl Backend for Cuda {
         cache: &mut CudaKvCache,
         tokens: &[u32],
         pos: usize,
-        run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
+        run: &mut StepFn<Self>,
     ) -> Result<CudaTensor> {
         let n = tokens.len();
         let mut step = vec![to_u32(pos, "position")?];

@@ -159,6 +159,10 @@ impl Moe {
     }
 }
 
+/// One decode step's ops, run by [`Backend::step`] (recorded once on backends that can).
+pub type StepFn<'a, B> =
+    dyn FnMut(&B, &mut <B as Backend>::KvCache) -> Result<<B as Backend>::Tensor> + 'a;
+
 /// A compute device, as the model executors see it.
 pub trait Backend {
     /// An f32 activation matrix resident on the device.
@@ -339,7 +343,7 @@ pub trait Backend {
         cache: &mut Self::KvCache,
         tokens: &[u32],
         pos: usize,
-        run: &mut dyn FnMut(&Self, &mut Self::KvCache) -> Result<Self::Tensor>,
+        run: &mut StepFn<Self>,
     ) -> Result<Self::Tensor> {
         let _ = (tokens, pos);
         run(self, cache)

@@ -28,6 +28,7 @@ unsafe fn dot_impl(
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
+            #[allow(clippy::needless_range_loop)] // k is the accumulator and the 8-lane offset
             for k in 0..4 {
                 let x = load8(wp.add((i + 8 * k) * wsize));
                 acc[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(ap.add(i + 8 * k)), acc[k]);

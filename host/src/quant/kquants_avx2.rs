@@ -41,6 +41,7 @@ unsafe fn q45k<const QH: bool>(w: &[u8], a: &[u8]) -> f32 {
             let scales: [u8; 12] = core::ptr::read_unaligned(wb.add(4) as *const [u8; 12]);
             let mut sc = [0i16; 8];
             let mut msum = 0i32;
+            #[allow(clippy::needless_range_loop)] // j indexes the scales and the sums' halves
             for j in 0..8 {
                 let (s, m) = get_scale_min_k4(j, &scales);
                 sc[j] = s as i16;

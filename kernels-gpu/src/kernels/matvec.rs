@@ -80,6 +80,7 @@ pub(crate) unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8
 /// x (`launch::matvec_resident`): blocks stride over the row groups.
 ///
 /// [`launch::matvec`]: crate::kernels::launch::matvec
+#[allow(clippy::too_many_arguments)] // a kernel's parameters are its launch arguments
 pub unsafe fn matvec_split<P: TargetPolicy, F: SplitFormat>(
     qs: *const u32,
     scales: *const u8,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use anyhow::{Result, bail};
 
-use super::{Cuda, CudaKvCache, CudaTensor, Recorded, StepKey};
+use super::{Cuda, CudaKvCache, CudaTensor, Recorded, StepFn, StepKey};
 use crate::cuda::DBuf;
 
 impl Cuda {
@@ -15,7 +15,7 @@ impl Cuda {
         &self,
         key: StepKey,
         cache: &mut CudaKvCache,
-        run: &mut dyn FnMut(&Self, &mut CudaKvCache) -> Result<CudaTensor>,
+        run: &mut StepFn<Self>,
     ) -> Result<Option<CudaTensor>> {
         {
             let mut st = self.steps.borrow_mut();
