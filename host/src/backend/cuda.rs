@@ -1408,27 +1408,14 @@ impl Backend for Cuda {
             return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
         };
         if x.rows > FUSED_MAX_TOKENS {
-            if !self.gemm_for(x.rows) {
-                return self.swiglu(&self.matmul(x, gate)?, &self.matmul(x, up)?);
-            }
-            if self.gemm_swiglu && gate.rows.is_multiple_of(2) {
+            if self.gemm_for(x.rows) && self.gemm_swiglu && gate.rows.is_multiple_of(2) {
                 // Prefill: gate, up and SwiGLU in one GEMM launch, whose f16 copy of the
                 // output is the down projection's GEMM input.
                 return self.launch_gemm_swiglu(ty, parts[0], parts[1], gate.rows, x);
             }
-            // Gate and up in one GEMM launch, then SwiGLU.
-            let (g, u) = (
-                self.tensor(x.rows, gate.rows)?,
-                self.tensor(x.rows, up.rows)?,
-            );
-            let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
-            self.launch_gemm(
-                ty,
-                &[(gq, gs, gate, g.arg()), (uq, us, up, u.arg())],
-                x,
-                false,
-            )?;
-            return self.swiglu(&g, &u);
+            // Gate and up as `matmul_many` runs them (one GEMM launch), then SwiGLU.
+            let gate_up = self.matmul_many(x, &[gate, up])?;
+            return self.swiglu(&gate_up[0], &gate_up[1]);
         }
         let mut out = self.tensor(x.rows, gate.rows)?;
         let ((gq, gs), (uq, us)) = (parts[0], parts[1]);
