@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{self, BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -44,6 +45,9 @@ enum Cmd {
     Chat(ChatArgs),
     /// An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, streaming).
     Serve(ServeArgs),
+    /// Perplexity over a text file, scored as llama.cpp's llama-perplexity scores it (windows
+    /// of -c tokens, default 512, each from an empty cache; the second half of each is scored).
+    Perplexity(PerplexityArgs),
     /// Print a model's architecture, shapes, quantization and tokenizer.
     Info {
         /// GGUF file.
@@ -191,6 +195,24 @@ struct ChatArgs {
 }
 
 #[derive(Args)]
+struct PerplexityArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Text file to score (UTF-8); read from stdin when absent.
+    #[arg(short, long)]
+    file: Option<PathBuf>,
+    /// Score at most this many windows (default: every whole window of the text).
+    #[arg(long)]
+    chunks: Option<usize>,
+    /// Print one JSON object instead of the summary line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// llama-perplexity's usual window, so figures compare with the ones people publish.
+const PERPLEXITY_WINDOW: usize = 512;
+
+#[derive(Args)]
 struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
@@ -262,6 +284,13 @@ fn run(cli: Cli) -> Result<()> {
             Picked::Cpu(b) => serve_model(b, a),
             Picked::Cuda(b) => serve_model(b, a),
         },
+        Cmd::Perplexity(mut a) => {
+            a.model.ctx = Some(a.model.ctx.unwrap_or(PERPLEXITY_WINDOW));
+            match pick_backend(&a.model)? {
+                Picked::Cpu(b) => perplexity(b, &a),
+                Picked::Cuda(b) => perplexity(b, &a),
+            }
+        }
         Cmd::Info { file } => info(&file),
         Cmd::Tokenize { model, ids, bos } => tokenize(&model, ids, bos),
     }
@@ -515,6 +544,58 @@ fn chat<B: Backend + 'static>(backend: B, a: &ChatArgs) -> Result<()> {
         }
         msgs.push(Message::new("assistant", g.text.trim()));
         p.sampler.seed = p.sampler.seed.wrapping_add(1);
+    }
+    Ok(())
+}
+
+fn perplexity<B: Backend + 'static>(backend: B, a: &PerplexityArgs) -> Result<()> {
+    let text = match &a.file {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading the text file {} (UTF-8)", p.display()))?,
+        None => io::read_to_string(io::stdin()).context("reading the text from stdin")?,
+    };
+    let window = a.model.ctx.unwrap_or(PERPLEXITY_WINDOW);
+    let mut engine = load(backend, &a.model)?;
+    let tok = &engine.tokenizer;
+    let tokens = tok.encode(&text, tok.add_bos_default())?;
+    let start = Instant::now();
+    let score = engine.perplexity(&tokens, window, a.chunks, &mut |done, total, s| {
+        eprintln!(
+            "[{done}/{total}] perplexity {:.4} over {} tokens",
+            s.perplexity(),
+            s.count()
+        );
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let windows = score.count() / (window - 1 - kiln_host::perplexity::first_scored(window));
+    if a.json {
+        let j = serde_json::json!({
+            "model": a.model.model.display().to_string(),
+            "backend": engine.backend.name(),
+            "text_tokens": tokens.len(),
+            "window": window,
+            "windows": windows,
+            "scored_tokens": score.count(),
+            "mean_nll": score.mean_nll(),
+            "perplexity": score.perplexity(),
+            "perplexity_stderr": score.perplexity_stderr(),
+            "seconds": secs,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "perplexity {:.4} ± {:.4} ({} windows of {window} tokens, {} scored, {})",
+            score.perplexity(),
+            score.perplexity_stderr(),
+            windows,
+            score.count(),
+            engine.backend.name()
+        );
+        eprintln!(
+            "kiln: {:.1} s, {:.1} tokens/s",
+            secs,
+            (windows * window) as f64 / secs.max(1e-9)
+        );
     }
     Ok(())
 }

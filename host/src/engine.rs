@@ -14,6 +14,7 @@ use crate::backend::Backend;
 use crate::chat::ChatTemplate;
 use crate::gguf::GgufFile;
 use crate::models::{self, Logits, Model};
+use crate::perplexity::{self, Score};
 use crate::sampling::{Sampler, SamplerConfig, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -294,6 +295,62 @@ impl<B: Backend + 'static> Engine<B> {
         }
         out.timings.decode_s = decode_time.as_secs_f64();
         Ok(out)
+    }
+}
+
+impl<B: Backend + 'static> Engine<B> {
+    /// Perplexity of the model over `tokens` (the whole text, tokenized with BOS where the model
+    /// adds one), in windows of `ctx` tokens scored as [`crate::perplexity`] describes; at most
+    /// `max_windows` windows. `on_window(done, total, score)` runs after each window. The KV
+    /// cache's contents are forgotten (the next prompt is prefilled in full).
+    pub fn perplexity(
+        &mut self,
+        tokens: &[u32],
+        ctx: usize,
+        max_windows: Option<usize>,
+        on_window: &mut dyn FnMut(usize, usize, &Score),
+    ) -> Result<Score> {
+        let ranges = perplexity::windows(tokens.len(), ctx, max_windows)?;
+        self.ensure_cache(ctx)?;
+        self.cached.clear();
+        let bos = match self.tokenizer.add_bos_default() {
+            true => self.tokenizer.bos(),
+            false => None,
+        };
+        let first = perplexity::first_scored(ctx);
+        let mut score = Score::default();
+        let mut window = Vec::with_capacity(ctx);
+        for (done, range) in ranges.iter().enumerate() {
+            window.clear();
+            window.extend_from_slice(&tokens[range.clone()]);
+            if let Some(bos) = bos {
+                window[0] = bos;
+            }
+            let (cache, _) = self.cache.as_mut().context("KV cache not allocated")?;
+            for (c, chunk) in window.chunks(PREFILL_CHUNK).enumerate() {
+                let pos = c * PREFILL_CHUNK;
+                // Rows `lo..hi` of this chunk are scored; the others only fill the cache, and a
+                // chunk with none skips the vocabulary mat-mul for all but its last row.
+                let (lo, hi) = (first.max(pos), (ctx - 1).min(pos + chunk.len()));
+                let which = if lo < hi { Logits::All } else { Logits::Last };
+                let logits = self
+                    .model
+                    .forward(&self.backend, cache, chunk, pos, which)?;
+                if lo >= hi {
+                    continue;
+                }
+                let rows = self.backend.read(&logits)?;
+                let vocab = rows.len() / chunk.len();
+                for j in lo..hi {
+                    let row = &rows[(j - pos) * vocab..(j - pos + 1) * vocab];
+                    score.add(perplexity::token_nll(row, window[j + 1]).with_context(|| {
+                        format!("window {} (tokens {range:?}), position {j}", done + 1)
+                    })?);
+                }
+            }
+            on_window(done + 1, ranges.len(), &score);
+        }
+        Ok(score)
     }
 }
 

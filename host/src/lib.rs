@@ -9,6 +9,7 @@ pub mod engine;
 pub mod gguf;
 pub mod models;
 pub mod numerics;
+pub mod perplexity;
 pub mod quant;
 pub mod reference;
 pub mod sampling;

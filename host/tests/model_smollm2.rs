@@ -3,6 +3,10 @@
 //! near-ties with kiln's numerics, exact with llama.cpp's ([`Cpu::with_llama_numerics`]).
 //! Skipped, with a message, when `models/` does not have the file (`scripts/fetch-model.sh`).
 
+mod common;
+
+use common::smollm2_path as model_path;
+
 use std::path::PathBuf;
 
 use kiln_host::backend::cpu::Cpu;
@@ -13,20 +17,6 @@ use kiln_host::sampling::SamplerConfig;
 /// other token: a one-ulp difference anywhere moves some 8-bit activation code, which moves
 /// logits by 0.11 on average, 0.6 at most, on this model (teacher-forced test below), so near-ties can flip.
 const TIE: f64 = 0.3;
-
-fn model_path() -> Option<PathBuf> {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED: {} not found (run scripts/fetch-model.sh)",
-            p.display()
-        );
-        None
-    }
-}
 
 fn greedy(n: usize) -> GenParams {
     GenParams {
