@@ -7,8 +7,6 @@ mod common;
 
 use common::smollm2_path as model_path;
 
-use std::path::PathBuf;
-
 use kiln_host::backend::cpu::Cpu;
 use kiln_host::engine::{Engine, GenParams};
 use kiln_host::sampling::SamplerConfig;

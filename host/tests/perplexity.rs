@@ -6,8 +6,6 @@ mod common;
 
 use common::smollm2_path as model_path;
 
-use std::path::PathBuf;
-
 use kiln_host::backend::Backend;
 use kiln_host::backend::cpu::Cpu;
 use kiln_host::engine::Engine;
@@ -146,9 +144,14 @@ fn llama_numerics_perplexity_equals_llama_perplexity() {
     assert_eq!(s.count(), LLAMA_SCORED_128);
     // The logits are llama.cpp's, so only the rounding of its printed figures is left.
     assert!(
-        (s.perplexity() - LLAMA_PPL_128).abs() <= 1e-4 * 1.01,
+        (s.perplexity() - LLAMA_PPL_128).abs() <= 0.5e-4 * 1.01,
         "{} vs {LLAMA_PPL_128}",
         s.perplexity()
+    );
+    let err = s.perplexity_stderr();
+    assert!(
+        (err - LLAMA_PPL_STDERR_128).abs() <= 0.5e-5 * 1.01,
+        "{err} vs {LLAMA_PPL_STDERR_128}"
     );
 }
 
