@@ -567,7 +567,7 @@ fn perplexity<B: Backend + 'static>(backend: B, a: &PerplexityArgs) -> Result<()
         );
     })?;
     let secs = start.elapsed().as_secs_f64();
-    let windows = score.count() / (window - 1 - kiln_host::perplexity::first_scored(window));
+    let windows = score.windows();
     if a.json {
         let j = serde_json::json!({
             "model": a.model.model.display().to_string(),

@@ -341,13 +341,14 @@ impl<B: Backend + 'static> Engine<B> {
                 }
                 let rows = self.backend.read(&logits)?;
                 let vocab = rows.len() / chunk.len();
-                for j in lo..hi {
-                    let row = &rows[(j - pos) * vocab..(j - pos + 1) * vocab];
-                    score.add(perplexity::token_nll(row, window[j + 1]).with_context(|| {
-                        format!("window {} (tokens {range:?}), position {j}", done + 1)
-                    })?);
-                }
+                let scored = &rows[(lo - pos) * vocab..(hi - pos) * vocab];
+                let nll = perplexity::rows_nll(scored, vocab, &window[lo + 1..hi + 1])
+                    .with_context(|| {
+                        format!("window {} (tokens {range:?}), scored from position {lo}", done + 1)
+                    })?;
+                nll.into_iter().for_each(|v| score.add(v));
             }
+            score.end_window();
             on_window(done + 1, ranges.len(), &score);
         }
         Ok(score)

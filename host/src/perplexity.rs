@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 
 /// The token ranges of the scored windows: `n_tokens / ctx` windows of `ctx` tokens (the tail
 /// that does not fill a window is not scored, as in llama.cpp), at most `max_windows` of them.
@@ -55,12 +55,33 @@ pub fn token_nll(logits: &[f32], target: u32) -> Result<f64> {
     Ok(sum.ln() + max - logits[t] as f64)
 }
 
+/// The NLLs of the logits rows `rows` (`vocab` floats each) against `targets` (one per row),
+/// in row order. Rows are independent, so they run in parallel: a 512-token window of a
+/// 152k-entry vocabulary is ~39 M exponentials in float64, which on one thread took longer
+/// than the GPU's forward pass. Each row's arithmetic is [`token_nll`]'s, so the results do
+/// not depend on the thread count.
+pub fn rows_nll(rows: &[f32], vocab: usize, targets: &[u32]) -> Result<Vec<f64>> {
+    use rayon::prelude::*;
+    ensure!(
+        vocab > 0 && rows.len() == vocab * targets.len(),
+        "{} logits are not {} rows of a {vocab}-entry vocabulary",
+        rows.len(),
+        targets.len()
+    );
+    rows.par_chunks(vocab)
+        .zip(targets.par_iter())
+        .enumerate()
+        .map(|(i, (row, &t))| token_nll(row, t).with_context(|| format!("logits row {i}")))
+        .collect()
+}
+
 /// Running totals of scored tokens' NLLs.
 #[derive(Clone, Debug, Default)]
 pub struct Score {
     sum: f64,
     sum_sq: f64,
     count: usize,
+    windows: usize,
 }
 
 impl Score {
@@ -70,8 +91,19 @@ impl Score {
         self.count += 1;
     }
 
+    /// Marks the end of one scored window.
+    pub fn end_window(&mut self) {
+        self.windows += 1;
+    }
+
+    /// Scored tokens so far.
     pub fn count(&self) -> usize {
         self.count
+    }
+
+    /// Windows scored so far.
+    pub fn windows(&self) -> usize {
+        self.windows
     }
 
     /// Mean NLL per token (nats).

@@ -10,7 +10,7 @@ use kiln_host::backend::Backend;
 use kiln_host::backend::cpu::Cpu;
 use kiln_host::engine::Engine;
 use kiln_host::models::Logits;
-use kiln_host::perplexity::{Score, first_scored, token_nll, windows};
+use kiln_host::perplexity::{Score, first_scored, rows_nll, token_nll, windows};
 use proptest::prelude::*;
 
 /// `-ln p(target)` computed the plain way: the probabilities themselves, in float64.
@@ -40,6 +40,25 @@ proptest! {
     }
 
     #[test]
+    fn rows_nll_is_token_nll_row_by_row_in_order(
+        vocab in 1usize..64,
+        rows in 0usize..40,
+        seed in any::<u64>(),
+    ) {
+        // Deterministic pseudo-random logits and targets from the seed (xorshift).
+        let mut x = seed | 1;
+        let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
+        let logits: Vec<f32> = (0..vocab * rows).map(|_| (next() % 6000) as f32 / 100.0 - 30.0).collect();
+        let targets: Vec<u32> = (0..rows).map(|_| (next() % vocab as u64) as u32).collect();
+        let got = rows_nll(&logits, vocab, &targets).unwrap();
+        prop_assert_eq!(got.len(), rows);
+        for (i, &t) in targets.iter().enumerate() {
+            let want = token_nll(&logits[i * vocab..(i + 1) * vocab], t).unwrap();
+            prop_assert_eq!(got[i].to_bits(), want.to_bits(), "row {}", i);
+        }
+    }
+
+    #[test]
     fn windows_are_whole_consecutive_and_capped(n in 0usize..5000, ctx in 4usize..700, cap in prop::option::of(1usize..20)) {
         match windows(n, ctx, cap) {
             Err(e) => prop_assert!(n < ctx, "unexpected error {e:#}"),
@@ -62,6 +81,16 @@ fn nll_stays_finite_for_huge_logits_and_rejects_bad_rows() {
     assert!(e.contains("token id 2") && e.contains("2-entry"), "{e}");
     let e = token_nll(&[f32::NAN, f32::NAN], 0).unwrap_err().to_string();
     assert!(e.contains("not finite"), "{e}");
+}
+
+#[test]
+fn rows_nll_names_the_bad_row_and_rejects_ragged_input() {
+    let e = rows_nll(&[0.0, 1.0, 2.0, 3.0], 2, &[1, 2]).unwrap_err();
+    assert!(format!("{e:#}").contains("logits row 1"), "{e:#}");
+    let e = rows_nll(&[0.0, 1.0, 2.0], 2, &[1, 0]).unwrap_err().to_string();
+    assert!(e.contains("3 logits") && e.contains("2 rows"), "{e}");
+    let e = rows_nll(&[], 0, &[]).unwrap_err().to_string();
+    assert!(e.contains("0-entry"), "{e}");
 }
 
 #[test]
@@ -202,6 +231,7 @@ fn windows_longer_than_a_prefill_chunk_score_as_one_pass() {
         want.add(token_nll(&rows[j * vocab..(j + 1) * vocab], tokens[j + 1]).unwrap());
     }
     assert_eq!(got.count(), want.count());
+    assert_eq!(got.windows(), 1);
     let rel = (got.mean_nll() - want.mean_nll()).abs() / want.mean_nll();
     assert!(
         rel < 1e-5,
