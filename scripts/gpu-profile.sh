@@ -15,10 +15,11 @@ for spec in ${@:-qwen3-8b:q4_0}; do
   if [ -n "${PREFILL:-}" ]; then
     # Where a 512-token prefill's time goes: every kernel of one eager prefill under ncu,
     # summed by kernel name.
-    P=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))")
+    # PREFILL_REPEAT sentences of ~10 tokens (default 52: a 512-token chunk and a short tail).
+    P=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * ${PREFILL_REPEAT:-52}))")
     KILN_CUDA_GRAPHS=0 timeout 300 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
       /tmp/kb/kiln generate -m "$f" -p "$P" -n 1 --temp 0 --device cuda > /tmp/$tag-prefill.csv 2>/dev/null
-    python3 - /tmp/$tag-prefill.csv <<'PY' | tee "$OUT/$tag-prefill.txt"
+    python3 - /tmp/$tag-prefill.csv <<'PY' | tee "$OUT/$tag-prefill-r${PREFILL_REPEAT:-52}.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 12]
 h = rows[0]; k, v, g, u = h.index("Kernel Name"), h.index("Metric Value"), h.index("Grid Size"), h.index("Metric Unit")

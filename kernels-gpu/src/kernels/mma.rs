@@ -375,25 +375,31 @@ impl Problem {
             }
             c += threads;
         }
-        // Activations: 64 bytes per token and block, as 4 chunks (planes).
+        // Activations: 64 bytes per token and block, as 4 chunks (planes). Token columns past
+        // `n` get zeros, not a copy: had they all loaded the last token's row, every block
+        // would read that one line for each such column at once, an L2 hot spot that made a
+        // 20-token prompt's GEMMs slower than a 120-token one's (docs/benchmarks.md, session
+        // 29). Their outputs are not stored; an mma column depends on its own token only.
         let mut c = thread_idx();
         while c < P::TILE_N * kb * 4 {
             let (p, t, j) = (c % 4, (c / 4) % P::TILE_N, c / (4 * P::TILE_N));
             let b = st * kb + j;
             if b < self.nb {
-                let tok = self.a.x_row((self.tok0 + t).min(self.a.n - 1));
-                let src = unsafe {
-                    self.a
-                        .x
-                        .add((tok * (self.a.cols / 2) + b * 16 + 4 * p) as usize)
+                let to = unsafe {
+                    dst.x
+                        .add(((j * 4 + p) * x_plane_words::<P>() + 4 * t) as usize)
                 };
-                unsafe {
-                    cp_async_16(
-                        dst.x
-                            .add(((j * 4 + p) * x_plane_words::<P>() + 4 * t) as usize),
-                        src,
-                    )
-                };
+                if self.tok0 + t < self.a.n {
+                    let tok = self.a.x_row(self.tok0 + t);
+                    let src = unsafe {
+                        self.a
+                            .x
+                            .add((tok * (self.a.cols / 2) + b * 16 + 4 * p) as usize)
+                    };
+                    unsafe { cp_async_16(to, src) };
+                } else {
+                    unsafe { *(to as *mut [u32; 4]) = [0; 4] };
+                }
             }
             c += threads;
         }
@@ -494,12 +500,12 @@ unsafe fn tile<
     let hw = F::QS_WORDS as u32 / 4;
     let (g, t) = (lane() / 4, lane() % 4);
     let stages = nb.div_ceil(kb);
-    // The grouped GEMM's token tiles are an expert's run, often far shorter than TILE_N: a warp
-    // whose tokens all lie past it skips its dequantization and mma (warp-uniform; the loads
-    // and barriers still run for all). Skipping per 8-token mma tile as well measured +30
-    // registers in ptxas (sm_90: 124 → 159, one block per SM), so not done. The dense GEMM,
-    // whose only short tile is its last, is compiled without the test.
-    let warp_live = !GROUPED || pr.tok0 + wt0 < a.n;
+    // A warp whose tokens all lie past the tile's last one skips its dequantization and mma
+    // (warp-uniform; the loads and barriers still run for all). That is most of a grouped
+    // GEMM's tiles (an expert's run is often far shorter than TILE_N), and half the warps of
+    // a short prompt's only tile. Skipping per 8-token mma tile as well measured +30
+    // registers in ptxas (sm_90: 124 → 159, one block per SM), so not done.
+    let warp_live = pr.tok0 + wt0 < a.n;
 
     // Prologue: the first STAGES − 1 stages in flight. One commit per stage, empty or not, so
     // "stage st has landed" is always "at most STAGES − 2 newer groups are pending".
