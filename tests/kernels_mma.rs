@@ -20,9 +20,22 @@ struct Case {
     acc: bool,
     /// The rows are split into this many matrices (1 to 3, at most `rows`), one launch over all.
     parts: u32,
-    /// The deep k-stage instantiation (`kiln_mma_deep_*`, `policies::DeepK`).
-    deep: bool,
+    /// Which instantiation runs it.
+    tile: Tile,
     seed: u64,
+}
+
+/// The GEMM's instantiations: the policy's main tile, its deep k-stages (`kiln_mma_deep_*`,
+/// `policies::DeepK`) and its short-prompt tile (`kiln_mma_short_*`, `policies::ShortTile`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tile {
+    Main,
+    Deep,
+    Short,
+}
+
+fn tile() -> impl Strategy<Value = Tile> {
+    prop::sample::select(vec![Tile::Main, Tile::Deep, Tile::Short])
 }
 
 /// Rows and tokens around the block tiles (64 and 128 rows, 64 and 128 tokens) and ragged counts;
@@ -33,38 +46,47 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
-    (
-        rows,
-        blocks,
-        n,
-        any::<bool>(),
-        1..=3u32,
-        any::<bool>(),
-        seed(),
-    )
-        .prop_map(move |(rows, blocks, n, acc, parts, deep, seed)| Case {
+    (rows, blocks, n, any::<bool>(), 1..=3u32, tile(), seed()).prop_map(
+        move |(rows, blocks, n, acc, parts, tile, seed)| Case {
             fmt,
             rows,
             blocks: blocks.next_multiple_of(fmt.group() as u32),
             n,
             acc,
             parts,
-            deep,
+            tile,
             seed,
-        })
+        },
+    )
 }
 
 /// The GEMM entry of `fmt` and its (quant, staged) words per block.
-fn entry(fmt: BlockFormat, deep: bool) -> (&'static str, (u32, u32)) {
-    let (main, deep_name) = match fmt {
-        BlockFormat::Q4_0 => (names::kiln_mma_q4_0, names::kiln_mma_deep_q4_0),
-        BlockFormat::Q4_1 => (names::kiln_mma_q4_1, names::kiln_mma_deep_q4_1),
-        BlockFormat::Q8_0 => (names::kiln_mma_q8_0, names::kiln_mma_deep_q8_0),
-        BlockFormat::Q6K => (names::kiln_mma_q6k, names::kiln_mma_deep_q6k),
-        BlockFormat::Q5K => (names::kiln_mma_q5k, names::kiln_mma_deep_q5k),
-        BlockFormat::Q4K => (names::kiln_mma_q4k, names::kiln_mma_deep_q4k),
+fn entry(fmt: BlockFormat, tile: Tile) -> (&'static str, (u32, u32)) {
+    use names::*;
+    let [main, deep, short] = match fmt {
+        BlockFormat::Q4_0 => [kiln_mma_q4_0, kiln_mma_deep_q4_0, kiln_mma_short_q4_0],
+        BlockFormat::Q4_1 => [kiln_mma_q4_1, kiln_mma_deep_q4_1, kiln_mma_short_q4_1],
+        BlockFormat::Q8_0 => [kiln_mma_q8_0, kiln_mma_deep_q8_0, kiln_mma_short_q8_0],
+        BlockFormat::Q6K => [kiln_mma_q6k, kiln_mma_deep_q6k, kiln_mma_short_q6k],
+        BlockFormat::Q5K => [kiln_mma_q5k, kiln_mma_deep_q5k, kiln_mma_short_q5k],
+        BlockFormat::Q4K => [kiln_mma_q4k, kiln_mma_deep_q4k, kiln_mma_short_q4k],
     };
-    (if deep { deep_name } else { main }, common::gemm_words(fmt))
+    let name = match tile {
+        Tile::Main => main,
+        Tile::Deep => deep,
+        Tile::Short => short,
+    };
+    (name, common::gemm_words(fmt))
+}
+
+/// The launch shape of `tile`'s GEMM over matrices of `rows`.
+fn dims(dev: &dyn Device, tile: Tile, rows: &[u32], n: u32, words: (u32, u32)) -> common::Dims {
+    let sh = dev.shapes();
+    match tile {
+        Tile::Main => sh.mma(rows, n, words.0, words.1),
+        Tile::Deep => sh.mma_deep(rows, n, words.0, words.1),
+        Tile::Short => sh.mma_short(rows, n, words.0, words.1),
+    }
 }
 
 fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
@@ -100,7 +122,7 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     // Matrix m holds rows bounds[m]..bounds[m + 1] of the weights, with its own output.
     let parts = (c.parts as usize).min(rows);
     let bounds: Vec<usize> = (0..=parts).map(|m| rows * m / parts).collect();
-    let (mma, (qs_words, staged)) = entry(c.fmt, c.deep);
+    let (mma, words) = entry(c.fmt, c.tile);
     let mut args = Vec::with_capacity(16);
     let mut outs = Vec::new();
     for m in 0..3 {
@@ -138,12 +160,7 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         Arg::U32(c.acc as u32),
     ]);
     let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
-    let dims = if c.deep {
-        dev.shapes()
-            .mma_deep(&part_rows, n as u32, qs_words, staged)
-    } else {
-        dev.shapes().mma(&part_rows, n as u32, qs_words, staged)
-    };
+    let dims = dims(dev, c.tile, &part_rows, n as u32, words);
     dev.launch(mma, dims, &args);
     // Reassembled as one `n × rows` output.
     let mut y = vec![0f32; n * rows];
@@ -227,6 +244,8 @@ struct SwigluCase {
     rows: u32,
     blocks: u32,
     n: u32,
+    /// The short-prompt tile (`kiln_mma_swiglu_short_*`) instead of the main one.
+    short: bool,
     seed: u64,
 }
 
@@ -235,29 +254,35 @@ fn swiglu_case(fmt: BlockFormat) -> impl Strategy<Value = SwigluCase> {
     let rows = prop_oneof![prop::sample::select(vec![2u32, 16, 64, 66, 130]), 1..=40u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
-    (rows, blocks, n, seed()).prop_map(move |(rows, blocks, n, seed)| SwigluCase {
-        fmt,
-        rows: rows.next_multiple_of(2),
-        blocks: blocks.next_multiple_of(fmt.group() as u32),
-        n,
-        seed,
+    (rows, blocks, n, any::<bool>(), seed()).prop_map(move |(rows, blocks, n, short, seed)| {
+        SwigluCase {
+            fmt,
+            rows: rows.next_multiple_of(2),
+            blocks: blocks.next_multiple_of(fmt.group() as u32),
+            n,
+            short,
+            seed,
+        }
     })
 }
 
-fn swiglu_entry(fmt: BlockFormat) -> &'static str {
-    match fmt {
-        BlockFormat::Q4_0 => names::kiln_mma_swiglu_q4_0,
-        BlockFormat::Q4_1 => names::kiln_mma_swiglu_q4_1,
-        BlockFormat::Q8_0 => names::kiln_mma_swiglu_q8_0,
-        BlockFormat::Q6K => names::kiln_mma_swiglu_q6k,
-        BlockFormat::Q5K => names::kiln_mma_swiglu_q5k,
-        BlockFormat::Q4K => names::kiln_mma_swiglu_q4k,
-    }
+fn swiglu_entry(fmt: BlockFormat, short: bool) -> &'static str {
+    use names::*;
+    let [main, short_tile] = match fmt {
+        BlockFormat::Q4_0 => [kiln_mma_swiglu_q4_0, kiln_mma_swiglu_short_q4_0],
+        BlockFormat::Q4_1 => [kiln_mma_swiglu_q4_1, kiln_mma_swiglu_short_q4_1],
+        BlockFormat::Q8_0 => [kiln_mma_swiglu_q8_0, kiln_mma_swiglu_short_q8_0],
+        BlockFormat::Q6K => [kiln_mma_swiglu_q6k, kiln_mma_swiglu_short_q6k],
+        BlockFormat::Q5K => [kiln_mma_swiglu_q5k, kiln_mma_swiglu_short_q5k],
+        BlockFormat::Q4K => [kiln_mma_swiglu_q4k, kiln_mma_swiglu_short_q4k],
+    };
+    if short { short_tile } else { main }
 }
 
-/// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`): bit for bit what the unfused launches give
-/// (the main GEMM over gate and up, then the `swiglu` kernel), its f16 copy the round-to-nearest
-/// of those values, and both factors within the GEMM's bound of float64 on the f16 operands.
+/// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`, `kiln_mma_swiglu_short_*`): bit for bit what
+/// the unfused launches give (the GEMM of the same tile over gate and up, then the `swiglu`
+/// kernel), its f16 copy the round-to-nearest of those values, and both factors within the
+/// GEMM's bound of float64 on the f16 operands.
 fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError> {
     let (rows, cols, n) = (c.rows as usize, c.blocks as usize * QK, c.n as usize);
     let mut g = Gen::new(c.seed);
@@ -272,14 +297,18 @@ fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError
         dev.shapes().flat(pairs),
         &[x_b.arg(), xh_b.arg(), Arg::U32(pairs)],
     );
-    let (main, (qs_words, staged)) = entry(c.fmt, false);
+    let tile = if c.short { Tile::Short } else { Tile::Main };
+    let (unfused, (qs_words, staged)) = entry(c.fmt, tile);
     let (r, nt) = (rows as u32, n as u32);
 
     let (y_b, yh_b) = (
         poisoned::<f32>(dev, n * rows, 0xff),
         poisoned::<u16>(dev, n * rows, 0xff),
     );
-    let dims = dev.shapes().mma_swiglu(r, nt, qs_words, staged);
+    let dims = match c.short {
+        true => dev.shapes().mma_swiglu_short(r, nt, qs_words, staged),
+        false => dev.shapes().mma_swiglu(r, nt, qs_words, staged),
+    };
     let args = [
         gq.arg(),
         gs.arg(),
@@ -290,12 +319,16 @@ fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError
         Arg::U32(r),
     ];
     let rest = [xh_b.arg(), Arg::U32(cols as u32), Arg::U32(nt)];
-    dev.launch(swiglu_entry(c.fmt), dims, &[&args[..], &rest[..]].concat());
+    dev.launch(
+        swiglu_entry(c.fmt, c.short),
+        dims,
+        &[&args[..], &rest[..]].concat(),
+    );
     let y = download::<f32>(dev, &y_b);
     check_written(dev, "SwiGLU GEMM output", &y)?;
     let yh = download::<u16>(dev, &yh_b);
 
-    // The unfused launches: gate and up by the main GEMM, then `swiglu`.
+    // The unfused launches: gate and up by the GEMM of the same tile, then `swiglu`.
     let (gy_b, uy_b, s_b) = (
         poisoned::<f32>(dev, n * rows, 0xff),
         poisoned::<f32>(dev, n * rows, 0xff),
@@ -305,7 +338,8 @@ fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError
     args.extend([uq.arg(), us.arg(), uy_b.arg(), Arg::U32(r)]);
     args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
     args.extend([xh_b.arg(), Arg::U32(cols as u32), Arg::U32(nt), Arg::U32(0)]);
-    dev.launch(main, dev.shapes().mma(&[r, r], nt, qs_words, staged), &args);
+    let dims = self::dims(dev, tile, &[r, r], nt, (qs_words, staged));
+    dev.launch(unfused, dims, &args);
     let len = (n * rows) as u32;
     dev.launch(
         names::kiln_swiglu,
@@ -388,7 +422,7 @@ fn gpu_mma_large() {
             n,
             acc: seed % 2 == 1,
             parts: 1 + (seed / 2 % 3) as u32,
-            deep: seed / 6 % 2 == 1,
+            tile: [Tile::Main, Tile::Deep, Tile::Short][(seed / 6 % 3) as usize],
             seed,
         });
     common::run_gpu("gpu_mma_large", 32, case, gemm);

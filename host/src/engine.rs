@@ -344,7 +344,10 @@ impl<B: Backend + 'static> Engine<B> {
                 let scored = &rows[(lo - pos) * vocab..(hi - pos) * vocab];
                 let nll = perplexity::rows_nll(scored, vocab, &window[lo + 1..hi + 1])
                     .with_context(|| {
-                        format!("window {} (tokens {range:?}), scored from position {lo}", done + 1)
+                        format!(
+                            "window {} (tokens {range:?}), scored from position {lo}",
+                            done + 1
+                        )
                     })?;
                 nll.into_iter().for_each(|v| score.add(v));
             }

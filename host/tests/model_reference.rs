@@ -926,24 +926,52 @@ fn quantized_wide_llama_and_qwen3() -> [Synth; 3] {
 /// take the f16 tensor-core GEMM and gate/up/SwiGLU the paired one (`kiln_mma_swiglu_*`), whose
 /// f16 copy feeds the down projection; against the CPU backend with f32 activations (f16
 /// operands: ~1e-3), with the paired GEMM checked to have run instead of the `swiglu` kernel.
+/// The host grid has 2 SMs, so the one-block o and down launches of this 9-token prompt take
+/// the short-prompt tile (`kiln_mma_short_*`) and the two-block gate/up the main one; with the
+/// short tile switched off, none does.
 #[test]
 fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
     use kernels_gpu::entries::names;
     use kiln_host::backend::cuda::Cuda;
+    let launches = |cuda: &Cuda, entries: &[&'static str]| -> usize {
+        entries.iter().map(|k| cuda.gpu().host_launches(k)).sum()
+    };
+    let short = [
+        names::kiln_mma_short_q4_0,
+        names::kiln_mma_short_q4_1,
+        names::kiln_mma_short_q8_0,
+    ];
     for s in quantized_wide_llama_and_qwen3() {
         let (file, _) = build(&s);
         let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
+        let what = format!("{} {:?}", s.arch, s.ty);
+        let main_only = Cuda::host::<policies::Hopper>().with_gemm_short_max(0);
+        let got = prefill_all(&main_only, &file, &TOKENS);
+        assert_eq!(
+            launches(&main_only, &short),
+            0,
+            "{what}: short tile while off"
+        );
+        assert_positions_close(
+            &want,
+            &got,
+            5e-3,
+            &format!("{what} dense prefill, short tile off, CUDA-on-host vs CPU"),
+        );
         let cuda = Cuda::host::<policies::Hopper>();
         let got = prefill_all(&cuda, &file, &TOKENS);
-        let paired: usize = [
-            names::kiln_mma_swiglu_q4_0,
-            names::kiln_mma_swiglu_q4_1,
-            names::kiln_mma_swiglu_q8_0,
-        ]
-        .iter()
-        .map(|k| cuda.gpu().host_launches(k))
-        .sum();
-        let what = format!("{} {:?}", s.arch, s.ty);
+        assert!(
+            launches(&cuda, &short) > 0,
+            "{what}: the short tile never ran"
+        );
+        let paired = launches(
+            &cuda,
+            &[
+                names::kiln_mma_swiglu_q4_0,
+                names::kiln_mma_swiglu_q4_1,
+                names::kiln_mma_swiglu_q8_0,
+            ],
+        );
         assert!(paired > 0, "{what}: the paired SwiGLU GEMM never ran");
         assert_eq!(
             cuda.gpu().host_launches(names::kiln_swiglu),

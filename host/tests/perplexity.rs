@@ -87,7 +87,9 @@ fn nll_stays_finite_for_huge_logits_and_rejects_bad_rows() {
 fn rows_nll_names_the_bad_row_and_rejects_ragged_input() {
     let e = rows_nll(&[0.0, 1.0, 2.0, 3.0], 2, &[1, 2]).unwrap_err();
     assert!(format!("{e:#}").contains("logits row 1"), "{e:#}");
-    let e = rows_nll(&[0.0, 1.0, 2.0], 2, &[1, 0]).unwrap_err().to_string();
+    let e = rows_nll(&[0.0, 1.0, 2.0], 2, &[1, 0])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("3 logits") && e.contains("2 rows"), "{e}");
     let e = rows_nll(&[], 0, &[]).unwrap_err().to_string();
     assert!(e.contains("0-entry"), "{e}");

@@ -1,7 +1,7 @@
 //! The table of kernel entry points: one row per (kernel, format) instantiation; a row with
 //! `<Wrapper>` after its body instantiates it for `policies::Wrapper<P>` instead of the policy
-//! `P` (the GEMM's deep k-stages, `policies::DeepK`; the grouped expert GEMM's token tile,
-//! `policies::MoeTile`).
+//! `P` (the GEMM's deep k-stages, `policies::DeepK`; the short-prompt tile,
+//! `policies::ShortTile`; the grouped expert GEMM's token tile, `policies::MoeTile`).
 //!
 //! On the GPU each row becomes a `#[no_mangle] extern "ptx-kernel"` entry instantiated for the
 //! policy this module is built for (`--cfg kiln_target=...`, set by the build script). On the host
@@ -237,6 +237,18 @@ kernel_table! {
     kiln_mma_deep_q6k = mma::mma_split <DeepK> [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_deep_q5k = mma::mma_split <DeepK> [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
     kiln_mma_deep_q4k = mma::mma_split <DeepK> [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q4_0 = mma::mma_split <ShortTile> [formats::Q4_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q4_1 = mma::mma_split <ShortTile> [formats::Q4_1] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q8_0 = mma::mma_split <ShortTile> [formats::Q8_0] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q6k = mma::mma_split <ShortTile> [formats::Q6K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q5k = mma::mma_split <ShortTile> [formats::Q5K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_short_q4k = mma::mma_split <ShortTile> [formats::Q4K] (w0: *const u32, s0: *const u8, y0: *mut f32, rows0: u32, w1: *const u32, s1: *const u8, y1: *mut f32, rows1: u32, w2: *const u32, s2: *const u8, y2: *mut f32, rows2: u32, x: *const u32, cols: u32, n: u32, acc: u32);
+    kiln_mma_swiglu_short_q4_0 = mma::mma_swiglu_split <ShortTile> [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
+    kiln_mma_swiglu_short_q4_1 = mma::mma_swiglu_split <ShortTile> [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
+    kiln_mma_swiglu_short_q8_0 = mma::mma_swiglu_split <ShortTile> [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
+    kiln_mma_swiglu_short_q6k = mma::mma_swiglu_split <ShortTile> [formats::Q6K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
+    kiln_mma_swiglu_short_q5k = mma::mma_swiglu_split <ShortTile> [formats::Q5K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
+    kiln_mma_swiglu_short_q4k = mma::mma_swiglu_split <ShortTile> [formats::Q4K] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, y: *mut f32, yh: *mut u16, rows: u32, x: *const u32, cols: u32, n: u32);
     kiln_moe_swiglu_q4_0 = moe::moe_swiglu_split [formats::Q4_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_swiglu_q4_1 = moe::moe_swiglu_split [formats::Q4_1] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);
     kiln_moe_swiglu_q8_0 = moe::moe_swiglu_split [formats::Q8_0] (gate_qs: *const u32, gate_scales: *const u8, up_qs: *const u32, up_scales: *const u8, xq: *const u32, xds: *const f32, route: *const f32, act: *mut f32, rows: u32, cols: u32, k: u32);

@@ -66,6 +66,10 @@ impl TargetPolicy for Hopper {
     const GEMM_DEEP_TILE_K: u32 = 128;
     const GEMM_DEEP_STAGES: u32 = 2;
     const GEMM_DEEP_K_GROUPS: u32 = 2;
+    // A prompt of up to 128 tokens runs its q/k/v, o and down GEMMs (8B: 48, 32 and 32 row
+    // tiles of 128, one token tile) on 32-row tiles of 64 tokens, four k groups of 2 warps:
+    // four times the blocks, each a quarter of the rows.
+    const GEMM_SHORT_MAX_TOKENS: u32 = 128;
     // The dense tile until measured: 64 × 32 is the A/B candidate (an expert's run at pp512 on
     // 128 experts is ~32 slots; warps past it skip, but a live 64-wide warp is half padding).
     const MOE_TILE_N: u32 = 128;

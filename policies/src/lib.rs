@@ -134,6 +134,17 @@ pub trait TargetPolicy: 'static {
     const GEMM_DEEP_STAGES: u32;
     /// `GEMM_K_GROUPS` of the deep k-stage GEMM (its `GEMM_WARPS` are the main ones times this).
     const GEMM_DEEP_K_GROUPS: u32 = 1;
+    /// Launches of at most this many tokens whose main grid would leave SMs idle take the
+    /// short-prompt tile ([`ShortTile`]): a short prompt has one token tile, so the main GEMM
+    /// runs one block per `TILE_M` rows (32 for a 4096-row projection: a quarter of an H100)
+    /// however few its tokens. 0: never.
+    const GEMM_SHORT_MAX_TOKENS: u32 = 0;
+    /// Weight rows, tokens, warp width and k groups of the short-prompt tile; its warp height is
+    /// `GEMM_WARP_M` and its stages the deep ones (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`).
+    const GEMM_SHORT_TILE_M: u32 = 32;
+    const GEMM_SHORT_TILE_N: u32 = 64;
+    const GEMM_SHORT_WARP_N: u32 = 32;
+    const GEMM_SHORT_K_GROUPS: u32 = 4;
     /// Token tile and warp width of the grouped expert GEMM ([`MoeTile`]): a prompt's slots
     /// spread over many experts, so an expert's run is short (pp512 over 128 experts, 8 per
     /// token: ~32 slots) and most of a dense-width token tile would be padding.
@@ -177,10 +188,10 @@ pub trait TargetPolicy: 'static {
     const KV_POSITION_MAJOR: bool = false;
 }
 
-/// Forwarding impl of a policy wrapper: everything as `P` except the GEMM tile's token width,
-/// stage depth, warp width and k groups.
+/// Forwarding impl of a policy wrapper: everything as `P` except the GEMM's block tile, stage
+/// depth, warp width and k groups (the warps follow from them).
 macro_rules! gemm_variant {
-    ($wrapper:ident, tile_n: $tile_n:expr, tile_k: $tile_k:expr, warp_n: $warp_n:expr, stages: $stages:expr, k_groups: $k_groups:expr) => {
+    ($wrapper:ident, tile_m: $tile_m:expr, tile_n: $tile_n:expr, tile_k: $tile_k:expr, warp_n: $warp_n:expr, stages: $stages:expr, k_groups: $k_groups:expr) => {
         impl<P: TargetPolicy> TargetPolicy for $wrapper<P> {
             const NAME: &'static str = P::NAME;
             const MIN_CC: u32 = P::MIN_CC;
@@ -205,10 +216,10 @@ macro_rules! gemm_variant {
             const NORM_DEFER_MAX_ROWS: u32 = P::NORM_DEFER_MAX_ROWS;
             const VECTOR_BYTES: u32 = P::VECTOR_BYTES;
             type Mma = P::Mma;
-            const TILE_M: u32 = P::TILE_M;
+            const TILE_M: u32 = $tile_m;
             const TILE_N: u32 = $tile_n;
             const TILE_K: u32 = $tile_k;
-            const GEMM_WARPS: u32 = P::GEMM_WARPS / P::GEMM_K_GROUPS * $k_groups;
+            const GEMM_WARPS: u32 = ($tile_m / P::GEMM_WARP_M) * ($tile_n / $warp_n) * $k_groups;
             const GEMM_K_GROUPS: u32 = $k_groups;
             const GEMM_WARP_M: u32 = P::GEMM_WARP_M;
             const GEMM_WARP_N: u32 = $warp_n;
@@ -217,6 +228,11 @@ macro_rules! gemm_variant {
             const GEMM_DEEP_TILE_K: u32 = P::GEMM_DEEP_TILE_K;
             const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
             const GEMM_DEEP_K_GROUPS: u32 = P::GEMM_DEEP_K_GROUPS;
+            const GEMM_SHORT_MAX_TOKENS: u32 = P::GEMM_SHORT_MAX_TOKENS;
+            const GEMM_SHORT_TILE_M: u32 = P::GEMM_SHORT_TILE_M;
+            const GEMM_SHORT_TILE_N: u32 = P::GEMM_SHORT_TILE_N;
+            const GEMM_SHORT_WARP_N: u32 = P::GEMM_SHORT_WARP_N;
+            const GEMM_SHORT_K_GROUPS: u32 = P::GEMM_SHORT_K_GROUPS;
             const MOE_TILE_N: u32 = P::MOE_TILE_N;
             const MOE_GEMM_WARP_N: u32 = P::MOE_GEMM_WARP_N;
             const GEMM_MIN_TOKENS: u32 = P::GEMM_MIN_TOKENS;
@@ -237,12 +253,18 @@ macro_rules! gemm_variant {
 /// second GEMM instantiation, for small launches (`GEMM_DEEP_MAX_BLOCKS_PER_SM`), where fewer,
 /// longer stages and more warps per block pay.
 pub struct DeepK<P>(core::marker::PhantomData<P>);
-gemm_variant!(DeepK, tile_n: P::TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_WARP_N, stages: P::GEMM_DEEP_STAGES, k_groups: P::GEMM_DEEP_K_GROUPS);
+gemm_variant!(DeepK, tile_m: P::TILE_M, tile_n: P::TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_WARP_N, stages: P::GEMM_DEEP_STAGES, k_groups: P::GEMM_DEEP_K_GROUPS);
 
 /// Policy `P` with the grouped expert GEMM's token tile (`MOE_TILE_N`, `MOE_GEMM_WARP_N`) as
 /// `TILE_N` and `GEMM_WARP_N`: the instantiation of `kiln_moe_mma_*`.
 pub struct MoeTile<P>(core::marker::PhantomData<P>);
-gemm_variant!(MoeTile, tile_n: P::MOE_TILE_N, tile_k: P::TILE_K, warp_n: P::MOE_GEMM_WARP_N, stages: P::STAGES, k_groups: P::GEMM_K_GROUPS);
+gemm_variant!(MoeTile, tile_m: P::TILE_M, tile_n: P::MOE_TILE_N, tile_k: P::TILE_K, warp_n: P::MOE_GEMM_WARP_N, stages: P::STAGES, k_groups: P::GEMM_K_GROUPS);
+
+/// Policy `P` with the short-prompt GEMM tile (`GEMM_SHORT_*`) and the deep k-stages: the
+/// instantiation of `kiln_mma_short_*` and `kiln_mma_swiglu_short_*`, for launches of at most
+/// `GEMM_SHORT_MAX_TOKENS` tokens whose main grid has fewer blocks than there are SMs.
+pub struct ShortTile<P>(core::marker::PhantomData<P>);
+gemm_variant!(ShortTile, tile_m: P::GEMM_SHORT_TILE_M, tile_n: P::GEMM_SHORT_TILE_N, tile_k: P::GEMM_DEEP_TILE_K, warp_n: P::GEMM_SHORT_WARP_N, stages: P::GEMM_DEEP_STAGES, k_groups: P::GEMM_SHORT_K_GROUPS);
 
 /// Rows of output one mat-vec block produces.
 pub const fn matvec_rows_per_block<P: TargetPolicy>() -> u32 {
@@ -296,3 +318,6 @@ const _: () = check::<DeepK<SparkGb10>>();
 const _: () = check::<MoeTile<Ampere>>();
 const _: () = check::<MoeTile<Hopper>>();
 const _: () = check::<MoeTile<SparkGb10>>();
+const _: () = check::<ShortTile<Ampere>>();
+const _: () = check::<ShortTile<Hopper>>();
+const _: () = check::<ShortTile<SparkGb10>>();

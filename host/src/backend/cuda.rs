@@ -107,6 +107,10 @@ pub struct Cuda {
     /// Small GEMM launches take the policy's deep k-stages (`GEMM_DEEP_MAX_BLOCKS_PER_SM`);
     /// `KILN_GEMM_DEEP=0` keeps every launch on the main configuration (the A/B switch).
     gemm_deep: bool,
+    /// GEMM launches of at most this many tokens whose main grid leaves SMs idle take the
+    /// short-prompt tile (the policy's `GEMM_SHORT_MAX_TOKENS`; `KILN_GEMM_SHORT_MAX` overrides
+    /// it, 0 = never: the A/B switch).
+    gemm_short_max: usize,
     /// Prefill's gate, up and SwiGLU in one paired GEMM (`kiln_mma_swiglu_*`);
     /// `KILN_GEMM_SWIGLU=0` runs the gate/up GEMM, `swiglu` and `to_f16` instead (the A/B switch).
     gemm_swiglu: bool,
@@ -170,9 +174,16 @@ impl Cuda {
             })?,
             Err(_) => base.attention_short_max,
         };
+        let gemm_short_max = match std::env::var("KILN_GEMM_SHORT_MAX") {
+            Ok(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!("KILN_GEMM_SHORT_MAX={v}: expected a number of tokens (0 = off)")
+            })?,
+            Err(_) => base.gemm_short_max,
+        };
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
+            gemm_short_max,
             norm_defer_rows,
             attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
             mapped_tables: mapped,
@@ -198,6 +209,7 @@ impl Cuda {
             gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
+        let gemm_short_max = gpu.shapes().gemm_short_max_tokens() as usize;
         let norm_defer_rows = if gpu.shapes().norm_defer() {
             gpu.shapes().norm_defer_max_rows() as usize
         } else {
@@ -220,6 +232,7 @@ impl Cuda {
             f32_activations: false,
             mapped_tables: true,
             gemm_deep: true,
+            gemm_short_max,
             gemm_swiglu: true,
             matvec_wide: true,
             matvec3_wide: true,
@@ -253,6 +266,12 @@ impl Cuda {
     /// Decode attention in one launch for histories up to `positions` (0: never).
     pub fn with_attention_short_max(mut self, positions: usize) -> Self {
         self.attention_short_max = positions;
+        self
+    }
+
+    /// GEMM launches of up to `tokens` tokens may take the short-prompt tile (0: never).
+    pub fn with_gemm_short_max(mut self, tokens: usize) -> Self {
+        self.gemm_short_max = tokens;
         self
     }
 

@@ -5,7 +5,7 @@
 //! `kernels_gpu::kernels::launch` for a fixed `P` lets the backend ask for shapes without being
 //! generic itself, while the numbers still come from the policy's constants.
 use kernels_gpu::kernels::launch::{self, Dims};
-use policies::{Ampere, DeepK, Hopper, MoeTile, SparkGb10, TargetPolicy};
+use policies::{Ampere, DeepK, Hopper, MoeTile, ShortTile, SparkGb10, TargetPolicy};
 use std::marker::PhantomData;
 
 pub trait LaunchShapes: Send + Sync {
@@ -46,6 +46,12 @@ pub trait LaunchShapes: Send + Sync {
     /// The same GEMM with the policy's deep k-stages (`policies::DeepK`, the `kiln_mma_deep_*`
     /// entries).
     fn mma_deep(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims;
+    /// The same GEMM on the short-prompt tile (`policies::ShortTile`, `kiln_mma_short_*`).
+    fn mma_short(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims;
+    /// The paired GEMM on the short-prompt tile (`kiln_mma_swiglu_short_*`).
+    fn mma_swiglu_short(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims;
+    /// The policy's `GEMM_SHORT_MAX_TOKENS`.
+    fn gemm_short_max_tokens(&self) -> u32;
     /// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`) over gate and up matrices of `rows`.
     fn mma_swiglu(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims;
     /// Most blocks per SM of a GEMM launch that takes the deep k-stages (0: never).
@@ -184,15 +190,29 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     fn mma_swiglu(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims {
         launch::mma_swiglu::<P>(rows, n, qs_words, staged)
     }
+    fn mma_short(&self, rows: &[u32], n: u32, qs_words: u32, staged: u32) -> Dims {
+        launch::mma::<ShortTile<P>>(rows, n, qs_words, staged)
+    }
+    fn mma_swiglu_short(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims {
+        launch::mma_swiglu::<ShortTile<P>>(rows, n, qs_words, staged)
+    }
+    fn gemm_short_max_tokens(&self) -> u32 {
+        P::GEMM_SHORT_MAX_TOKENS
+    }
     fn gemm_deep_max_blocks_per_sm(&self) -> u32 {
         P::GEMM_DEEP_MAX_BLOCKS_PER_SM
     }
     fn launch_bounds(&self) -> Vec<(&'static str, u32)> {
         let deep = DeepK::<P>::GEMM_WARPS * policies::WARP;
-        [("kiln_mma_deep_", deep)]
-            .into_iter()
-            .filter(|&(_, threads)| threads > 256)
-            .collect()
+        let short = ShortTile::<P>::GEMM_WARPS * policies::WARP;
+        [
+            ("kiln_mma_deep_", deep),
+            ("kiln_mma_short_", short),
+            ("kiln_mma_swiglu_short_", short),
+        ]
+        .into_iter()
+        .filter(|&(_, threads)| threads > 256)
+        .collect()
     }
     fn gemm_min_tokens(&self) -> u32 {
         P::GEMM_MIN_TOKENS

@@ -53,13 +53,19 @@ impl Cuda {
         }
         let n = u32_arg(x.rows, "tokens")?;
         let (h, _alive) = self.f16_arg(x)?;
-        // A launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
+        // A short prompt whose main grid leaves SMs idle takes the short-prompt tile; else a
+        // launch of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM takes the deep
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
         let dims = sh.mma(&rows, x.rows as u32, e.qs_words, e.staged_words);
         let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
         let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
-        let (k, dims) = if self.gemm_deep && blocks <= small {
+        let (k, dims) = if self.takes_short_tile(x.rows, blocks) {
+            (
+                e.short,
+                sh.mma_short(&rows, x.rows as u32, e.qs_words, e.staged_words),
+            )
+        } else if self.gemm_deep && blocks <= small {
             (
                 e.deep,
                 sh.mma_deep(&rows, x.rows as u32, e.qs_words, e.staged_words),
@@ -87,10 +93,16 @@ impl Cuda {
         let out16 = self.tensor(x.rows, rows / 2)?;
         let (h, _alive) = self.f16_arg(x)?;
         let (r, n) = (to_u32(rows, "rows")?, to_u32(x.rows, "tokens")?);
-        let dims = self
-            .gpu
-            .shapes()
-            .mma_swiglu(r, n, e.qs_words, e.staged_words);
+        let sh = self.gpu.shapes();
+        let dims = sh.mma_swiglu(r, n, e.qs_words, e.staged_words);
+        let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
+        let (k, dims) = match self.takes_short_tile(x.rows, blocks) {
+            true => (
+                e.swiglu_short,
+                sh.mma_swiglu_short(r, n, e.qs_words, e.staged_words),
+            ),
+            false => (e.swiglu, dims),
+        };
         let args = [
             gq.arg(),
             gs.arg(),
@@ -101,10 +113,15 @@ impl Cuda {
             Arg::U32(r),
         ];
         let rest = [h, u32_arg(x.cols, "cols")?, Arg::U32(n)];
-        self.gpu
-            .launch(e.swiglu, dims, &[&args[..], &rest[..]].concat())?;
+        self.gpu.launch(k, dims, &[&args[..], &rest[..]].concat())?;
         out.f16 = Some(Box::new(out16));
         Ok(out)
+    }
+
+    /// Whether a GEMM launch of `tokens` tokens, whose main grid has `main_blocks` blocks,
+    /// takes the short-prompt tile: few enough tokens, and too few blocks to give every SM one.
+    fn takes_short_tile(&self, tokens: usize, main_blocks: u64) -> bool {
+        tokens <= self.gemm_short_max && main_blocks < u64::from(self.gpu.sm_count())
     }
 
     /// `x` rounded to f16 for the GEMMs: the copy its producer wrote (`CudaTensor::f16`), else
@@ -139,8 +156,11 @@ pub(super) struct GemmEntries {
     main: &'static str,
     /// The deep k-stages (launches of at most `GEMM_DEEP_MAX_BLOCKS_PER_SM` blocks per SM).
     deep: &'static str,
-    /// Gate, up and SwiGLU in one paired GEMM.
+    /// The short-prompt tile (`policies::ShortTile`).
+    short: &'static str,
+    /// Gate, up and SwiGLU in one paired GEMM, on the main and the short-prompt tile.
     swiglu: &'static str,
+    swiglu_short: &'static str,
     /// Quant and staged scale words per block (`SplitFormat::QS_WORDS`, `STAGED_WORDS`).
     pub(super) qs_words: u32,
     pub(super) staged_words: u32,
@@ -148,30 +168,61 @@ pub(super) struct GemmEntries {
 
 /// The GEMM entries of split format `ty` (Q8_0 for any format without its own).
 pub(super) fn gemm_entries(ty: GgmlType) -> GemmEntries {
-    fn of<F: SplitFormat>(
-        main: &'static str,
-        deep: &'static str,
-        swiglu: &'static str,
-    ) -> GemmEntries {
+    /// Entries in `GemmEntries` field order: main, deep, short, swiglu, swiglu_short.
+    fn of<F: SplitFormat>(e: [&'static str; 5]) -> GemmEntries {
         GemmEntries {
-            main,
-            deep,
-            swiglu,
+            main: e[0],
+            deep: e[1],
+            short: e[2],
+            swiglu: e[3],
+            swiglu_short: e[4],
             qs_words: F::QS_WORDS as u32,
             staged_words: F::STAGED_WORDS as u32,
         }
     }
     use names::*;
     match ty {
-        GgmlType::Q4_0 => {
-            of::<formats::Q4_0>(kiln_mma_q4_0, kiln_mma_deep_q4_0, kiln_mma_swiglu_q4_0)
-        }
-        GgmlType::Q4_1 => {
-            of::<formats::Q4_1>(kiln_mma_q4_1, kiln_mma_deep_q4_1, kiln_mma_swiglu_q4_1)
-        }
-        GgmlType::Q4_K => of::<formats::Q4K>(kiln_mma_q4k, kiln_mma_deep_q4k, kiln_mma_swiglu_q4k),
-        GgmlType::Q5_K => of::<formats::Q5K>(kiln_mma_q5k, kiln_mma_deep_q5k, kiln_mma_swiglu_q5k),
-        GgmlType::Q6_K => of::<formats::Q6K>(kiln_mma_q6k, kiln_mma_deep_q6k, kiln_mma_swiglu_q6k),
-        _ => of::<formats::Q8_0>(kiln_mma_q8_0, kiln_mma_deep_q8_0, kiln_mma_swiglu_q8_0),
+        GgmlType::Q4_0 => of::<formats::Q4_0>([
+            kiln_mma_q4_0,
+            kiln_mma_deep_q4_0,
+            kiln_mma_short_q4_0,
+            kiln_mma_swiglu_q4_0,
+            kiln_mma_swiglu_short_q4_0,
+        ]),
+        GgmlType::Q4_1 => of::<formats::Q4_1>([
+            kiln_mma_q4_1,
+            kiln_mma_deep_q4_1,
+            kiln_mma_short_q4_1,
+            kiln_mma_swiglu_q4_1,
+            kiln_mma_swiglu_short_q4_1,
+        ]),
+        GgmlType::Q4_K => of::<formats::Q4K>([
+            kiln_mma_q4k,
+            kiln_mma_deep_q4k,
+            kiln_mma_short_q4k,
+            kiln_mma_swiglu_q4k,
+            kiln_mma_swiglu_short_q4k,
+        ]),
+        GgmlType::Q5_K => of::<formats::Q5K>([
+            kiln_mma_q5k,
+            kiln_mma_deep_q5k,
+            kiln_mma_short_q5k,
+            kiln_mma_swiglu_q5k,
+            kiln_mma_swiglu_short_q5k,
+        ]),
+        GgmlType::Q6_K => of::<formats::Q6K>([
+            kiln_mma_q6k,
+            kiln_mma_deep_q6k,
+            kiln_mma_short_q6k,
+            kiln_mma_swiglu_q6k,
+            kiln_mma_swiglu_short_q6k,
+        ]),
+        _ => of::<formats::Q8_0>([
+            kiln_mma_q8_0,
+            kiln_mma_deep_q8_0,
+            kiln_mma_short_q8_0,
+            kiln_mma_swiglu_q8_0,
+            kiln_mma_swiglu_short_q8_0,
+        ]),
     }
 }
