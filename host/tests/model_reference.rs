@@ -926,9 +926,9 @@ fn quantized_wide_llama_and_qwen3() -> [Synth; 3] {
 /// take the f16 tensor-core GEMM and gate/up/SwiGLU the paired one (`kiln_mma_swiglu_*`), whose
 /// f16 copy feeds the down projection; against the CPU backend with f32 activations (f16
 /// operands: ~1e-3), with the paired GEMM checked to have run instead of the `swiglu` kernel.
-/// The host grid has 2 SMs, so the one-block o and down launches of this 9-token prompt take
-/// the short-prompt tile (`kiln_mma_short_*`) and the two-block gate/up the main one; with the
-/// short tile switched off, none does.
+/// With the short-prompt tile allowed up to 128 tokens (the host grid has 2 SMs), the one-block
+/// o and down launches of this 9-token prompt take it (`kiln_mma_short_*`) and the two-block
+/// gate/up the main one; with it switched off, none does.
 #[test]
 fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
     use kernels_gpu::entries::names;
@@ -958,7 +958,7 @@ fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
             5e-3,
             &format!("{what} dense prefill, short tile off, CUDA-on-host vs CPU"),
         );
-        let cuda = Cuda::host::<policies::Hopper>();
+        let cuda = Cuda::host::<policies::Hopper>().with_gemm_short_max(128);
         let got = prefill_all(&cuda, &file, &TOKENS);
         assert!(
             launches(&cuda, &short) > 0,

@@ -66,10 +66,11 @@ impl TargetPolicy for Hopper {
     const GEMM_DEEP_TILE_K: u32 = 128;
     const GEMM_DEEP_STAGES: u32 = 2;
     const GEMM_DEEP_K_GROUPS: u32 = 2;
-    // A prompt of up to 128 tokens runs its q/k/v, o and down GEMMs (8B: 48, 32 and 32 row
-    // tiles of 128, one token tile) on 32-row tiles of 64 tokens, four k groups of 2 warps:
-    // four times the blocks, each a quarter of the rows.
-    const GEMM_SHORT_MAX_TOKENS: u32 = 128;
+    // The short-prompt tile (32 rows × 64 tokens, four k groups of 2 warps: four times the
+    // blocks of 8B's 48/32/32-block q/k/v, o and down GEMMs at one token tile) is off until it
+    // is measured on a GPU: no machine came after it was written (session 29). Opt in with
+    // KILN_GEMM_SHORT_MAX=128; predicted ~2× on 16–128-token prompts (docs/benchmarks.md).
+    const GEMM_SHORT_MAX_TOKENS: u32 = 0;
     // The dense tile until measured: 64 × 32 is the A/B candidate (an expert's run at pp512 on
     // 128 experts is ~32 slots; warps past it skip, but a live 64-wide warp is half padding).
     const MOE_TILE_N: u32 = 128;
