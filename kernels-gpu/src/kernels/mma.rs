@@ -115,7 +115,7 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         up_scales: core::ptr::null(),
         yh: core::ptr::null_mut(),
     };
-    unsafe { tile_for::<P, F, false, false>(a) }
+    unsafe { tile_for::<P, F, false>(a) }
 }
 
 /// The first half of a SwiGLU feed-forward in one GEMM: `y` (`n × rows`) = `silu(x·Gᵀ) ⊙
@@ -164,7 +164,7 @@ pub unsafe fn mma_swiglu_split<P: TargetPolicy, F: SplitFormat>(
         up_scales,
         yh,
     };
-    unsafe { tile_for::<P, F, false, true>(a) }
+    unsafe { tile_for::<P, F, true>(a) }
 }
 
 /// The grouped GEMM of a mixture-of-experts layer over the route's slots sorted by expert
@@ -220,7 +220,7 @@ pub unsafe fn moe_mma_split<P: TargetPolicy, F: SplitFormat>(
         up_scales: core::ptr::null(),
         yh: core::ptr::null_mut(),
     };
-    unsafe { tile_for::<P, F, true, false>(a) }
+    unsafe { tile_for::<P, F, false>(a) }
 }
 
 /// u32 words of one entry of `moe_sort`'s token-tile table: expert, first and end position.
@@ -229,20 +229,18 @@ pub const MOE_TILE_WORDS: usize = 3;
 /// The tile body for the policy's warp tile in fragments, as const generics so accumulators and
 /// fragments are fixed-size register arrays (`policies::check` admits exactly these).
 #[inline(always)]
-unsafe fn tile_for<P: TargetPolicy, F: SplitFormat, const GROUPED: bool, const PAIR: bool>(
-    a: Args,
-) {
+unsafe fn tile_for<P: TargetPolicy, F: SplitFormat, const PAIR: bool>(a: Args) {
     unsafe {
         match (P::GEMM_WARP_M / 16, P::GEMM_WARP_N / 8) {
-            (1, 2) => tile::<P, F, 1, 2, GROUPED, PAIR>(a),
-            (1, 4) => tile::<P, F, 1, 4, GROUPED, PAIR>(a),
-            (1, 8) => tile::<P, F, 1, 8, GROUPED, PAIR>(a),
-            (2, 2) => tile::<P, F, 2, 2, GROUPED, PAIR>(a),
-            (2, 4) => tile::<P, F, 2, 4, GROUPED, PAIR>(a),
-            (2, 8) => tile::<P, F, 2, 8, GROUPED, PAIR>(a),
-            (4, 2) => tile::<P, F, 4, 2, GROUPED, PAIR>(a),
-            (4, 4) => tile::<P, F, 4, 4, GROUPED, PAIR>(a),
-            _ => tile::<P, F, 4, 8, GROUPED, PAIR>(a),
+            (1, 2) => tile::<P, F, 1, 2, PAIR>(a),
+            (1, 4) => tile::<P, F, 1, 4, PAIR>(a),
+            (1, 8) => tile::<P, F, 1, 8, PAIR>(a),
+            (2, 2) => tile::<P, F, 2, 2, PAIR>(a),
+            (2, 4) => tile::<P, F, 2, 4, PAIR>(a),
+            (2, 8) => tile::<P, F, 2, 8, PAIR>(a),
+            (4, 2) => tile::<P, F, 4, 2, PAIR>(a),
+            (4, 4) => tile::<P, F, 4, 4, PAIR>(a),
+            _ => tile::<P, F, 4, 8, PAIR>(a),
         }
     }
 }
@@ -465,7 +463,6 @@ unsafe fn tile<
     F: SplitFormat,
     const MI: usize,
     const NI: usize,
-    const GROUPED: bool,
     const PAIR: bool,
 >(
     a: Args,
