@@ -1,4 +1,4 @@
-//! Properties of `kernels/norm.rs`: RMSNorm and softmax, one block per row. Column counts
+//! Properties of `kernels/norm.rs`: RMSNorm, softmax and the row NLL, one block per row. Column counts
 //! cover fewer columns than threads (most threads idle), exactly a block (256), and several
 //! strides per thread; both run out of place (poisoned output) and in place.
 mod common;
@@ -117,6 +117,55 @@ fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
         prop_assert!(
             (s - 1.0).abs() <= 1e-5,
             "{}: row {row} sums to {s}",
+            dev.label()
+        );
+    }
+    Ok(())
+}
+
+/// `row_nll`'s parts against float64: `max − x[target]` exactly (the block max is exact) and
+/// `Σ exp(x − max)` to the f32 `exp`'s accuracy, so `ln` of the one plus the other is the NLL.
+/// Rows as `softmax`'s (offsets of ±100 test the max subtraction), random targets.
+fn row_nll(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, c.cols as usize);
+    let mut g = Gen::new(c.seed);
+    let mut x = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let (spread, offset) = (g.magnitude(-2.0, 1.5), g.uniform(-100.0, 100.0));
+        x.extend(g.normals(cols, spread).into_iter().map(|v| v + offset));
+    }
+    let targets: Vec<u32> = (0..rows)
+        .map(|_| (g.uniform(0.0, 1.0) * cols as f32) as u32 % c.cols)
+        .collect();
+    let (xb, tb) = (upload(dev, &x), upload(dev, &targets));
+    let out = poisoned::<f64>(dev, 2 * rows, 0xff);
+    let dims = dev.shapes().per_row(c.rows);
+    dev.launch(
+        names::kiln_row_nll,
+        dims,
+        &[xb.arg(), tb.arg(), out.arg(), Arg::U32(c.cols)],
+    );
+    let got = download::<f64>(dev, &out);
+    for (r, (row, &t)) in x.chunks_exact(cols).zip(&targets).enumerate() {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+        let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+        let (s, d) = (got[2 * r], got[2 * r + 1]);
+        prop_assert_eq!(
+            d,
+            max - row[t as usize] as f64,
+            "{}: row {} max − target",
+            dev.label(),
+            r
+        );
+        prop_assert!(
+            (s - sum).abs() <= 1e-5 * sum,
+            "{}: row {r} Σexp {s} vs {sum}",
+            dev.label()
+        );
+        let (nll, want) = (s.ln() + d, sum.ln() + max - row[t as usize] as f64);
+        prop_assert!(
+            (nll - want).abs() <= 1e-5,
+            "{}: row {r} nll {nll} vs {want}",
             dev.label()
         );
     }
@@ -509,6 +558,7 @@ kernel_properties! {
     host_argmax, gpu_argmax: row_case() => argmax;
     host_rms_norm, gpu_rms_norm: row_case() => rms_norm;
     host_softmax, gpu_softmax: row_case() => softmax;
+    host_row_nll, gpu_row_nll: row_case() => row_nll;
 }
 
 #[test]
@@ -545,6 +595,7 @@ fn gpu_norm_large() {
     };
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm);
     common::run_gpu("gpu_norm_large", 32, case(), softmax);
+    common::run_gpu("gpu_norm_large", 32, case(), row_nll);
     common::run_gpu("gpu_norm_large", 32, case(), rms_norm_q8);
     let vocab = (
         1..=4u32,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 
-use crate::backend::{Backend, Shape};
+use crate::backend::Backend;
 use crate::chat::ChatTemplate;
 use crate::gguf::GgufFile;
 use crate::models::{self, Logits, Model};
@@ -339,14 +339,12 @@ impl<B: Backend + 'static> Engine<B> {
                 if lo >= hi {
                     continue;
                 }
-                // Only the scored rows cross to the host (half of a window's logits).
                 let scored = match (lo - pos, hi - lo) {
                     (0, n) if n == chunk.len() => logits,
                     (start, n) => self.backend.rows(&logits, start, n)?,
                 };
-                let vocab = scored.cols();
-                let scored = self.backend.read(&scored)?;
-                let nll = perplexity::rows_nll(&scored, vocab, &window[lo + 1..hi + 1])
+                let nll = (self.backend)
+                    .token_nll(&scored, &window[lo + 1..hi + 1])
                     .with_context(|| {
                         format!(
                             "window {} (tokens {range:?}), scored from position {lo}",

@@ -95,6 +95,49 @@ fn rows_nll_names_the_bad_row_and_rejects_ragged_input() {
     assert!(e.contains("0-entry"), "{e}");
 }
 
+/// The CUDA backend's `token_nll` (the `row_nll` kernel, run here on the host grid executor)
+/// is the float64 `rows_nll` of the same rows to 1e-6, and names a bad target or row.
+#[test]
+fn cuda_token_nll_on_host_grid_is_rows_nll() {
+    use kiln_host::backend::cuda::Cuda;
+    let cuda = Cuda::host::<policies::Hopper>();
+    let (rows, vocab) = (5usize, 3001usize);
+    let logits: Vec<f32> = (0..rows * vocab)
+        .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 24.0 + (i / vocab) as f32 * 40.0)
+        .collect();
+    let targets = [0u32, 3000, 17, 1500, 2999];
+    let x = cuda.upload(&logits, rows, vocab).unwrap();
+    let got = cuda.token_nll(&x, &targets).unwrap();
+    let want = rows_nll(&logits, vocab, &targets).unwrap();
+    for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+            "row {r}: {g} vs {w}"
+        );
+    }
+    assert_eq!(got.len(), rows);
+
+    let e = cuda
+        .token_nll(&x, &[0, 1, 3001, 2, 3])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("logits row 2") && e.contains("3001"), "{e}");
+    let e = cuda.token_nll(&x, &[0, 1]).unwrap_err().to_string();
+    assert!(
+        e.contains("2 targets") && e.contains("5 logits rows"),
+        "{e}"
+    );
+    let mut bad = logits.clone();
+    bad[3 * vocab + 5] = f32::NAN;
+    bad[3 * vocab + 6] = f32::INFINITY;
+    let x = cuda.upload(&bad, rows, vocab).unwrap();
+    let e = cuda.token_nll(&x, &targets).unwrap_err().to_string();
+    assert!(
+        e.contains("logits row 3") && e.contains("not finite"),
+        "{e}"
+    );
+}
+
 #[test]
 fn window_errors_say_what_is_short() {
     let e = windows(100, 128, None).unwrap_err().to_string();

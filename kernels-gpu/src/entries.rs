@@ -297,6 +297,7 @@ kernel_table! {
     kiln_argmax_blocks = norm::argmax_blocks [] (x: *const f32, part: *mut u32, cols: u32);
     kiln_argmax_merge = norm::argmax_merge [] (part: *const u32, out: *mut u32, parts: u32);
     kiln_softmax = norm::softmax [] (x: *const f32, out: *mut f32, cols: u32);
+    kiln_row_nll = norm::row_nll [] (x: *const f32, targets: *const u32, out: *mut f64, cols: u32);
     kiln_rope = ew::rope [] (x: *mut f32, heads: u32, head_dim: u32, rot_dim: u32, pos: *const u32, log2_base: f32, factors: *const f32, neox: u32, threads: u32);
     kiln_swiglu = ew::swiglu [] (gate: *const f32, up: *const f32, out: *mut f32, len: u32);
     kiln_to_f16 = ew::to_f16 [] (x: *const f32, h: *mut u32, pairs: u32);

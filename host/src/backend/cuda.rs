@@ -810,6 +810,55 @@ impl Backend for Cuda {
         self.gpu.download_prefix(out, x.rows)
     }
 
+    fn token_nll(&self, x: &CudaTensor, targets: &[u32]) -> Result<Vec<f64>> {
+        let x = self.settled(x)?;
+        ensure!(
+            targets.len() == x.rows,
+            "{} targets for {} logits rows",
+            targets.len(),
+            x.rows
+        );
+        if let Some((i, t)) = targets
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= x.cols)
+        {
+            bail!(
+                "logits row {i}: token id {t} is outside the {}-entry vocabulary of the logits",
+                x.cols
+            );
+        }
+        let rows = to_u32(x.rows, "token_nll rows")?;
+        let (ids, out) = (
+            self.gpu.upload(targets)?,
+            self.gpu.alloc::<f64>(2 * x.rows)?,
+        );
+        self.gpu.launch(
+            names::kiln_row_nll,
+            self.gpu.shapes().per_row(rows),
+            &[
+                x.arg(),
+                ids.arg(),
+                out.arg(),
+                Arg::U32(to_u32(x.cols, "token_nll width")?),
+            ],
+        )?;
+        let parts = self.gpu.download_prefix(&out, 2 * x.rows)?;
+        (parts.chunks_exact(2).enumerate())
+            .map(|(i, p)| {
+                let nll = p[0].ln() + p[1];
+                // The sum is at least exp(0) = 1 when the row's max is finite.
+                ensure!(
+                    p[0] >= 1.0 && nll.is_finite(),
+                    "logits row {i} is not finite (Σexp {}, max − target {})",
+                    p[0],
+                    p[1]
+                );
+                Ok(nll)
+            })
+            .collect()
+    }
+
     fn rows(&self, x: &CudaTensor, start: usize, n: usize) -> Result<CudaTensor> {
         let x = self.settled(x)?;
         ensure!(

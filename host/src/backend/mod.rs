@@ -191,6 +191,11 @@ pub trait Backend {
     fn read(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
     /// Index of the largest element of each row (greedy decoding without reading logits back).
     fn argmax(&self, x: &Self::Tensor) -> Result<Vec<u32>>;
+    /// `−log softmax(row)[target]` of each row of `x` (logits), one target per row: perplexity's
+    /// score. A device backend may compute it without reading the rows back.
+    fn token_nll(&self, x: &Self::Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+        crate::perplexity::rows_nll(&self.read(x)?, x.cols(), targets)
+    }
     /// Rows `start .. start+n` as a new tensor (e.g. the last position before the output head).
     fn rows(&self, x: &Self::Tensor, start: usize, n: usize) -> Result<Self::Tensor>;
 

@@ -403,6 +403,43 @@ pub unsafe fn softmax<P: TargetPolicy>(x: *const f32, out: *mut f32, cols: u32) 
     }
 }
 
+/// `−log softmax(x)[target]` of each row as two float64 parts the host combines (the device
+/// has no f64 `ln`): `out[2r] = Σ exp(x − max)`, each term in f32 and the sum in f64, and
+/// `out[2r + 1] = max − x[target]`. Perplexity scores a window this way instead of reading
+/// every 150k-logit row to the host. `targets[r] < cols` (the host checks).
+/// Launch: [`launch::per_row`](crate::kernels::launch::per_row).
+pub unsafe fn row_nll<P: TargetPolicy>(
+    x: *const f32,
+    targets: *const u32,
+    out: *mut f64,
+    cols: u32,
+) {
+    let scratch: *mut f32 = shared_mem();
+    let row = block_idx() as usize * cols as usize;
+    let mut m = f32::NEG_INFINITY;
+    let mut c = thread_idx();
+    while c < cols {
+        m = m.max(unsafe { *x.add(row + c as usize) });
+        c += block_dim();
+    }
+    let m = unsafe { block_max(m, scratch) };
+    let mut s = 0.0f64;
+    let mut c = thread_idx();
+    while c < cols {
+        s += exp(unsafe { *x.add(row + c as usize) } - m) as f64;
+        c += block_dim();
+    }
+    let s = unsafe { block_sum_f64(s, scratch.cast()) };
+    if thread_idx() == 0 {
+        let target = unsafe { *targets.add(block_idx() as usize) } as usize;
+        let at = 2 * block_idx() as usize;
+        unsafe {
+            *out.add(at) = s;
+            *out.add(at + 1) = m as f64 - *x.add(row + target) as f64;
+        }
+    }
+}
+
 /// Row argmax, pass 1: block `b` of row `block_idx_y()` reduces the row's elements
 /// `b·block_dim + thread + k·grid_dim·block_dim` to one (value bits, index) pair in
 /// `part[row × grid_dim + b]`. A vocabulary row (150k logits) spread over a grid is read in a
