@@ -67,10 +67,10 @@ impl TargetPolicy for Hopper {
     const GEMM_DEEP_STAGES: u32 = 2;
     const GEMM_DEEP_K_GROUPS: u32 = 2;
     // The short-prompt tile (32 rows × 64 tokens, four k groups of 2 warps: four times the
-    // blocks of 8B's 48/32/32-block q/k/v, o and down GEMMs at one token tile) is off until it
-    // is measured on a GPU: no machine came after it was written (session 29). Opt in with
-    // KILN_GEMM_SHORT_MAX=128; predicted ~2× on 16–128-token prompts (docs/benchmarks.md).
-    const GEMM_SHORT_MAX_TOKENS: u32 = 0;
+    // blocks of 8B's 48/32/32-block q/k/v, o and down GEMMs at one token tile). H100, session
+    // 30: 8B pp16/64/128 TTFT −32/−13/−11 %, 0.6B −37/−20/−32 %; at 256 it lost 22 % (each block
+    // re-reads the prompt's activations), so 128.
+    const GEMM_SHORT_MAX_TOKENS: u32 = 128;
     // The dense tile until measured: 64 × 32 is the A/B candidate (an expert's run at pp512 on
     // 128 experts is ~32 slots; warps past it skip, but a live 64-wide warp is half padding).
     const MOE_TILE_N: u32 = 128;
