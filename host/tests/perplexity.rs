@@ -81,6 +81,8 @@ fn nll_stays_finite_for_huge_logits_and_rejects_bad_rows() {
     assert!(e.contains("token id 2") && e.contains("2-entry"), "{e}");
     let e = token_nll(&[f32::NAN, f32::NAN], 0).unwrap_err().to_string();
     assert!(e.contains("not finite"), "{e}");
+    let e = token_nll(&[0.0, f32::NAN, 1.0], 0).unwrap_err().to_string();
+    assert!(e.contains("not finite"), "{e}");
 }
 
 #[test]
