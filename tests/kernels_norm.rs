@@ -92,16 +92,21 @@ fn rms_norm(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     )
 }
 
-fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
-    let (rows, cols) = (c.rows as usize, c.cols as usize);
-    let mut g = Gen::new(c.seed);
+/// `rows` logit rows of `cols`: spreads from nearly uniform to one-hot, each row offset by up
+/// to ±100 to check the max subtraction (exp(100) alone would overflow f32).
+fn logit_rows(g: &mut Gen, rows: usize, cols: usize) -> Vec<f32> {
     let mut x = Vec::with_capacity(rows * cols);
     for _ in 0..rows {
-        // Logit spreads from nearly uniform to one-hot; an offset checks the max subtraction
-        // (exp(100) alone would overflow f32).
         let (spread, offset) = (g.magnitude(-2.0, 1.5), g.uniform(-100.0, 100.0));
         x.extend(g.normals(cols, spread).into_iter().map(|v| v + offset));
     }
+    x
+}
+
+fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
+    let (rows, cols) = (c.rows as usize, c.cols as usize);
+    let mut g = Gen::new(c.seed);
+    let x = logit_rows(&mut g, rows, cols);
     let out = run_rows(dev, c, &x, names::kiln_softmax, |xb, ob| {
         vec![xb.arg(), ob.arg(), Arg::U32(c.cols)]
     });
@@ -125,15 +130,11 @@ fn softmax(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
 
 /// `row_nll`'s parts against float64: `max − x[target]` exactly (the block max is exact) and
 /// `Σ exp(x − max)` to the f32 `exp`'s accuracy, so `ln` of the one plus the other is the NLL.
-/// Rows as `softmax`'s (offsets of ±100 test the max subtraction), random targets.
+/// Rows from [`logit_rows`], random targets.
 fn row_nll(dev: &mut dyn Device, c: &RowCase) -> Result<(), TestCaseError> {
     let (rows, cols) = (c.rows as usize, c.cols as usize);
     let mut g = Gen::new(c.seed);
-    let mut x = Vec::with_capacity(rows * cols);
-    for _ in 0..rows {
-        let (spread, offset) = (g.magnitude(-2.0, 1.5), g.uniform(-100.0, 100.0));
-        x.extend(g.normals(cols, spread).into_iter().map(|v| v + offset));
-    }
+    let x = logit_rows(&mut g, rows, cols);
     let targets: Vec<u32> = (0..rows)
         .map(|_| (g.uniform(0.0, 1.0) * cols as f32) as u32 % c.cols)
         .collect();

@@ -52,7 +52,10 @@ pub fn token_nll(logits: &[f32], target: u32) -> Result<f64> {
         .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
     ensure!(max.is_finite(), "the logits row is not finite (max {max})");
     let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
-    ensure!(!sum.is_nan(), "the logits row is not finite (it holds a NaN)");
+    ensure!(
+        !sum.is_nan(),
+        "the logits row is not finite (it holds a NaN)"
+    );
     Ok(sum.ln() + max - logits[t] as f64)
 }
 

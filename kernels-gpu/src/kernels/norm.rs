@@ -375,17 +375,24 @@ pub(crate) unsafe fn norm_rope_head(
     }
 }
 
-/// Numerically safe softmax of each row (`cols`), `out` may equal `x`.
-pub unsafe fn softmax<P: TargetPolicy>(x: *const f32, out: *mut f32, cols: u32) {
-    let scratch: *mut f32 = shared_mem();
-    let row = block_idx() as usize * cols as usize;
+/// The largest of the `cols` values at `x[row..]`, shared by the whole block (softmax and
+/// `row_nll` subtract it before `exp`).
+#[inline(always)]
+unsafe fn row_max(x: *const f32, row: usize, cols: u32, scratch: *mut f32) -> f32 {
     let mut m = f32::NEG_INFINITY;
     let mut c = thread_idx();
     while c < cols {
         m = m.max(unsafe { *x.add(row + c as usize) });
         c += block_dim();
     }
-    let m = unsafe { block_max(m, scratch) };
+    unsafe { block_max(m, scratch) }
+}
+
+/// Numerically safe softmax of each row (`cols`), `out` may equal `x`.
+pub unsafe fn softmax<P: TargetPolicy>(x: *const f32, out: *mut f32, cols: u32) {
+    let scratch: *mut f32 = shared_mem();
+    let row = block_idx() as usize * cols as usize;
+    let m = unsafe { row_max(x, row, cols, scratch) };
     let mut s = 0.0;
     let mut c = thread_idx();
     while c < cols {
@@ -416,13 +423,7 @@ pub unsafe fn row_nll<P: TargetPolicy>(
 ) {
     let scratch: *mut f32 = shared_mem();
     let row = block_idx() as usize * cols as usize;
-    let mut m = f32::NEG_INFINITY;
-    let mut c = thread_idx();
-    while c < cols {
-        m = m.max(unsafe { *x.add(row + c as usize) });
-        c += block_dim();
-    }
-    let m = unsafe { block_max(m, scratch) };
+    let m = unsafe { row_max(x, row, cols, scratch) };
     let mut s = 0.0f64;
     let mut c = thread_idx();
     while c < cols {
