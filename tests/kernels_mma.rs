@@ -22,6 +22,8 @@ struct Case {
     parts: u32,
     /// Which instantiation runs it.
     tile: Tile,
+    /// Shares of the reduction over k (`splits`; the host splits main-tile launches only).
+    splits: u32,
     seed: u64,
 }
 
@@ -46,18 +48,32 @@ fn case(fmt: BlockFormat) -> impl Strategy<Value = Case> {
     let rows = prop_oneof![prop::sample::select(vec![1u32, 17, 64, 65, 129]), 1..=72u32];
     let blocks = prop_oneof![prop::sample::select(vec![1u32, 2, 4, 5, 9, 13]), 1..=9u32];
     let n = prop_oneof![prop::sample::select(vec![2u32, 9, 64, 65, 129]), 2..=40u32];
-    (rows, blocks, n, any::<bool>(), 1..=3u32, tile(), seed()).prop_map(
-        move |(rows, blocks, n, acc, parts, tile, seed)| Case {
-            fmt,
-            rows,
-            blocks: blocks.next_multiple_of(fmt.group() as u32),
-            n,
-            acc,
-            parts,
-            tile,
-            seed,
-        },
+    // Split-K on a third of the main-tile cases, up to more shares than some cases have
+    // stages (an empty share must still count in).
+    let splits = prop_oneof![2 => Just(1u32), 1 => 2..=5u32];
+    (
+        rows,
+        blocks,
+        n,
+        any::<bool>(),
+        1..=3u32,
+        tile(),
+        splits,
+        seed(),
     )
+        .prop_map(
+            move |(rows, blocks, n, acc, parts, tile, splits, seed)| Case {
+                fmt,
+                rows,
+                blocks: blocks.next_multiple_of(fmt.group() as u32),
+                n,
+                acc,
+                parts,
+                splits: if tile == Tile::Main { splits } else { 1 },
+                tile,
+                seed,
+            },
+        )
 }
 
 /// The GEMM entry of `fmt` and its (quant, staged) words per block.
@@ -160,8 +176,21 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
         Arg::U32(c.acc as u32),
     ]);
     let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
-    let dims = dims(dev, c.tile, &part_rows, n as u32, words);
+    let mut dims = dims(dev, c.tile, &part_rows, n as u32, words);
+    // Split-K: shares poisoned (each is written before it is read), counters zero.
+    let (shares, counters) = dev
+        .shapes()
+        .mma_split_k_scratch(dims.grid_x * dims.grid_y, c.splits);
+    let shares_b = poisoned::<f32>(dev, shares, 0xff);
+    let counters_b = upload(dev, &vec![0u32; counters]);
+    dims.grid_y *= c.splits;
+    args.extend([Arg::U32(c.splits), shares_b.arg(), counters_b.arg()]);
     dev.launch(mma, dims, &args);
+    prop_assert!(
+        download::<u32>(dev, &counters_b).iter().all(|&v| v == 0),
+        "{}: split-K counters not zero after the launch",
+        dev.label()
+    );
     // Reassembled as one `n × rows` output.
     let mut y = vec![0f32; n * rows];
     for (r, y_b) in &outs {
@@ -338,6 +367,7 @@ fn gemm_swiglu(dev: &mut dyn Device, c: &SwigluCase) -> Result<(), TestCaseError
     args.extend([uq.arg(), us.arg(), uy_b.arg(), Arg::U32(r)]);
     args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::U32(0)]);
     args.extend([xh_b.arg(), Arg::U32(cols as u32), Arg::U32(nt), Arg::U32(0)]);
+    args.extend([Arg::U32(1), Arg::Ptr(0), Arg::Ptr(0)]); // not split
     let dims = self::dims(dev, tile, &[r, r], nt, (qs_words, staged));
     dev.launch(unfused, dims, &args);
     let len = (n * rows) as u32;
@@ -402,6 +432,20 @@ kernel_properties! {
     host_mma_q6k, gpu_mma_q6k: case(BlockFormat::Q6K) => gemm;
     host_mma_q5k, gpu_mma_q5k: case(BlockFormat::Q5K) => gemm;
     host_mma_q4k, gpu_mma_q4k: case(BlockFormat::Q4K) => gemm;
+    host_mma_split_k, gpu_mma_split_k: split_k_case() => gemm;
+}
+
+/// Split-K launches only: the main tile over any format, 2 to 6 shares (more than the stages
+/// of the shortest cases, so some shares are empty and must still be counted in).
+fn split_k_case() -> impl Strategy<Value = Case> {
+    let formats = prop::sample::select(common::ALL_FORMATS.to_vec());
+    (formats, 2..=6u32, any::<u64>()).prop_flat_map(|(fmt, splits, _)| {
+        case(fmt).prop_map(move |c| Case {
+            tile: Tile::Main,
+            splits,
+            ..c
+        })
+    })
 }
 
 /// Model-sized shapes (thousands of rows, up to 4096 columns, hundreds of tokens): GPU only.
@@ -423,6 +467,11 @@ fn gpu_mma_large() {
             acc: seed % 2 == 1,
             parts: 1 + (seed / 2 % 3) as u32,
             tile: [Tile::Main, Tile::Deep, Tile::Short][(seed / 6 % 3) as usize],
+            // Main-tile cases split over k 1 to 8 ways (the host's range at model sizes).
+            splits: match seed / 6 % 3 {
+                0 => 1 + (seed / 18 % 8) as u32,
+                _ => 1,
+            },
             seed,
         });
     common::run_gpu("gpu_mma_large", 32, case, gemm);

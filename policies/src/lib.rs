@@ -139,6 +139,11 @@ pub trait TargetPolicy: 'static {
     /// runs one block per `TILE_M` rows (32 for a 4096-row projection: a quarter of an H100)
     /// however few its tokens. 0: never.
     const GEMM_SHORT_MAX_TOKENS: u32 = 0;
+    /// Most ways a main-tile GEMM launch with fewer blocks than SMs splits its reduction over k
+    /// (`kernels::mma::mma_split`'s `splits`), taken before the deep and short-prompt tiles;
+    /// 0 or 1: never. The split count keeps `GEMM_SPLIT_K_BLOCKS_PER_SM` blocks on every SM.
+    const GEMM_SPLIT_K_MAX: u32 = 0;
+    const GEMM_SPLIT_K_BLOCKS_PER_SM: u32 = 2;
     /// Weight rows, tokens, warp width and k groups of the short-prompt tile; its warp height is
     /// `GEMM_WARP_M` and its stages the deep ones (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`).
     const GEMM_SHORT_TILE_M: u32 = 32;
@@ -229,6 +234,8 @@ macro_rules! gemm_variant {
             const GEMM_DEEP_STAGES: u32 = P::GEMM_DEEP_STAGES;
             const GEMM_DEEP_K_GROUPS: u32 = P::GEMM_DEEP_K_GROUPS;
             const GEMM_SHORT_MAX_TOKENS: u32 = P::GEMM_SHORT_MAX_TOKENS;
+            const GEMM_SPLIT_K_MAX: u32 = P::GEMM_SPLIT_K_MAX;
+            const GEMM_SPLIT_K_BLOCKS_PER_SM: u32 = P::GEMM_SPLIT_K_BLOCKS_PER_SM;
             const GEMM_SHORT_TILE_M: u32 = P::GEMM_SHORT_TILE_M;
             const GEMM_SHORT_TILE_N: u32 = P::GEMM_SHORT_TILE_N;
             const GEMM_SHORT_WARP_N: u32 = P::GEMM_SHORT_WARP_N;

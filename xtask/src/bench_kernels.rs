@@ -285,6 +285,10 @@ fn bench_gemm<F: SplitFormat>(
         Arg::U32(c32),
         Arg::U32(t32),
         Arg::U32(0),
+        // Not split over k.
+        Arg::U32(1),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
     ];
     let args = [
         w.qs[0].arg(),

@@ -111,6 +111,13 @@ pub struct Cuda {
     /// short-prompt tile (the policy's `GEMM_SHORT_MAX_TOKENS`; `KILN_GEMM_SHORT_MAX` overrides
     /// it, 0 = never: the A/B switch).
     gemm_short_max: usize,
+    /// Most ways a GEMM launch whose main grid leaves SMs idle splits its reduction over k
+    /// (the policy's `GEMM_SPLIT_K_MAX`; `KILN_GEMM_SPLIT_K` overrides it, 0 = never: the A/B
+    /// switch). Taken before the deep and short-prompt tiles.
+    gemm_split_k: u32,
+    /// The split-K launches' (shares, counters), grown as needed; the counters are zero
+    /// between launches.
+    split_k_bufs: RefCell<Option<(DBuf<f32>, DBuf<u32>)>>,
     /// Prefill's gate, up and SwiGLU in one paired GEMM (`kiln_mma_swiglu_*`);
     /// `KILN_GEMM_SWIGLU=0` runs the gate/up GEMM, `swiglu` and `to_f16` instead (the A/B switch).
     gemm_swiglu: bool,
@@ -180,10 +187,19 @@ impl Cuda {
             })?,
             Err(_) => base.gemm_short_max,
         };
+        let gemm_split_k = match std::env::var("KILN_GEMM_SPLIT_K") {
+            Ok(v) => v.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "KILN_GEMM_SPLIT_K={v}: expected a most number of k shares (0 = off)"
+                )
+            })?,
+            Err(_) => base.gemm_split_k,
+        };
         Ok(Cuda {
             swiglu_q8_rows,
             attention_short_max,
             gemm_short_max,
+            gemm_split_k,
             norm_defer_rows,
             attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
             mapped_tables: mapped,
@@ -210,6 +226,7 @@ impl Cuda {
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
         let gemm_short_max = gpu.shapes().gemm_short_max_tokens() as usize;
+        let gemm_split_k = gpu.shapes().gemm_split_k_max();
         let norm_defer_rows = if gpu.shapes().norm_defer() {
             gpu.shapes().norm_defer_max_rows() as usize
         } else {
@@ -233,6 +250,8 @@ impl Cuda {
             mapped_tables: true,
             gemm_deep: true,
             gemm_short_max,
+            gemm_split_k,
+            split_k_bufs: RefCell::default(),
             gemm_swiglu: true,
             matvec_wide: true,
             matvec3_wide: true,
@@ -272,6 +291,13 @@ impl Cuda {
     /// GEMM launches of up to `tokens` tokens may take the short-prompt tile (0: never).
     pub fn with_gemm_short_max(mut self, tokens: usize) -> Self {
         self.gemm_short_max = tokens;
+        self
+    }
+
+    /// GEMM launches whose main grid leaves SMs idle may split their reduction over k up to
+    /// `max` ways (0 or 1: never).
+    pub fn with_gemm_split_k(mut self, max: u32) -> Self {
+        self.gemm_split_k = max;
         self
     }
 

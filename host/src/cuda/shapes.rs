@@ -52,6 +52,14 @@ pub trait LaunchShapes: Send + Sync {
     fn mma_swiglu_short(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims;
     /// The policy's `GEMM_SHORT_MAX_TOKENS`.
     fn gemm_short_max_tokens(&self) -> u32;
+    /// The policy's `GEMM_SPLIT_K_MAX`.
+    fn gemm_split_k_max(&self) -> u32;
+    /// Shares of a main-tile GEMM launch of `blocks` blocks over `cols` columns on `sms` SMs,
+    /// at most `max` (`launch::mma_split_k`; 1 = not split).
+    fn mma_split_k(&self, blocks: u32, cols: u32, sms: u32, max: u32) -> u32;
+    /// (f32 shares, u32 counters) a main-tile launch of `blocks` blocks split `splits` ways
+    /// needs (`launch::mma_split_k_scratch`).
+    fn mma_split_k_scratch(&self, blocks: u32, splits: u32) -> (usize, usize);
     /// The paired GEMM + SwiGLU (`kiln_mma_swiglu_*`) over gate and up matrices of `rows`.
     fn mma_swiglu(&self, rows: u32, n: u32, qs_words: u32, staged: u32) -> Dims;
     /// Most blocks per SM of a GEMM launch that takes the deep k-stages (0: never).
@@ -198,6 +206,15 @@ impl<P: TargetPolicy + Send + Sync> LaunchShapes for Shapes<P> {
     }
     fn gemm_short_max_tokens(&self) -> u32 {
         P::GEMM_SHORT_MAX_TOKENS
+    }
+    fn gemm_split_k_max(&self) -> u32 {
+        P::GEMM_SPLIT_K_MAX
+    }
+    fn mma_split_k(&self, blocks: u32, cols: u32, sms: u32, max: u32) -> u32 {
+        launch::mma_split_k::<P>(blocks, cols, sms, max)
+    }
+    fn mma_split_k_scratch(&self, blocks: u32, splits: u32) -> (usize, usize) {
+        launch::mma_split_k_scratch::<P>(blocks, splits)
     }
     fn gemm_deep_max_blocks_per_sm(&self) -> u32 {
         P::GEMM_DEEP_MAX_BLOCKS_PER_SM

@@ -493,6 +493,28 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
+pub fn sync_warp() {
+    let b = block();
+    let w = &b.warps[(ctx().tid as usize) / WARP];
+    w.barrier.wait(b, Site::WarpCollective);
+}
+
+pub fn fence_gpu() {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
+    assert!(
+        (p as usize).is_multiple_of(4),
+        "atomic_add_u32: pointer {p:p} is not 4-byte aligned"
+    );
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::SeqCst)
+}
+
+pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
+    unsafe { p.read_volatile() }
+}
+
 /// Launches on the host executor run one after another: nothing to wait for.
 pub fn grid_dep_wait() {}
 

@@ -269,6 +269,42 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `bar.warp.sync 0xffffffff`: every lane of the warp arrives; memory accesses before it are
+/// ordered before those after it among the warp's lanes.
+#[inline(always)]
+pub fn sync_warp() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
+/// `fence.acq_rel.gpu`: this thread's memory accesses before it are ordered, for every thread
+/// of the GPU, before its accesses after it (CUDA's `__threadfence`).
+#[inline(always)]
+pub fn fence_gpu() {
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
+
+/// `atom.global.add.u32`: adds `v` to `*p` and returns the old value.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("atom.global.add.u32 {r}, [{p}], {v};", r = out(reg32) r, p = in(reg64) p, v = in(reg32) v,
+             options(nostack));
+    }
+    r
+}
+
+/// `ld.global.cg.f32`: a load served by L2, never by this SM's (incoherent) L1: for data other
+/// blocks of the same grid wrote.
+#[inline(always)]
+pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("ld.global.cg.f32 {r}, [{p}];", r = out(reg32) r, p = in(reg64) p, options(nostack, readonly));
+    }
+    r
+}
+
 /// `griddepcontrol.wait`: blocks until the grids this one programmatically depends on have
 /// completed and their writes are visible (a no-op when launched without that dependency).
 /// sm_90+ only: callers check `TargetPolicy::HAS_PDL`.

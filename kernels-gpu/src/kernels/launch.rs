@@ -108,6 +108,33 @@ pub const fn mma<P: TargetPolicy>(rows: &[u32], n: u32, qs_words: u32, staged: u
     }
 }
 
+/// How many ways a main-tile GEMM launch of `blocks` blocks over `cols` columns splits its
+/// reduction over k on `sms` SMs (at most `max`; 1 = not split): only a launch with fewer
+/// blocks than SMs splits, into as many shares as keep `GEMM_SPLIT_K_BLOCKS_PER_SM` blocks on
+/// each SM, and never into more shares than it has stages.
+pub const fn mma_split_k<P: TargetPolicy>(blocks: u32, cols: u32, sms: u32, max: u32) -> u32 {
+    if max < 2 || blocks == 0 || blocks >= sms {
+        return 1;
+    }
+    let fit = P::GEMM_SPLIT_K_BLOCKS_PER_SM * sms / blocks;
+    let stages = div_ceil(cols, P::TILE_K);
+    let s = if fit < max { fit } else { max };
+    let s = if stages < s { stages } else { s };
+    if s < 1 { 1 } else { s }
+}
+
+/// Scratch of a split-K GEMM launch ([`mma`] dims of `blocks` blocks, each tile's reduction
+/// split `splits` ways): f32 shares (`splits` per output of each block tile) and u32 counters
+/// (one per warp tile), the latter zero before the launch and again after it.
+pub const fn mma_split_k_scratch<P: TargetPolicy>(blocks: u32, splits: u32) -> (usize, usize) {
+    let tile = (P::TILE_M * P::TILE_N) as usize;
+    let warp_tiles = (P::GEMM_WARPS / P::GEMM_K_GROUPS) as usize;
+    (
+        splits as usize * blocks as usize * tile,
+        blocks as usize * warp_tiles,
+    )
+}
+
 /// The paired GEMM + SwiGLU (`kernels/mma.rs`, `mma_swiglu_split`) over gate and up matrices
 /// of `rows` rows each: one block per `TILE_N` tokens (x) × `TILE_M / 2` outputs (y), whose
 /// weight tile holds those rows of both matrices.

@@ -64,6 +64,17 @@ const MAX_STAGE_BLOCKS: usize = 8;
 /// matrix alone would not (1024 rows are 8 row tiles: 64 blocks at 512 tokens on 132 SMs), and
 /// the activations are converted to f16 once. Launch: [`launch::mma`](crate::kernels::launch::mma)
 /// over the row tiles of all matrices.
+///
+/// With `splits > 1` the reduction over k is split too (grid y = row tiles × `splits`): a
+/// launch with fewer tiles than SMs (a short prompt's q/k/v, o and down) still fills the
+/// machine without re-reading its activations per row tile, as narrower tiles would. Each
+/// block leaves its share in `parts` ([`launch::mma_split_k_scratch`] floats) and the warp
+/// that completes a warp tile adds the shares in split order, so the result does not depend
+/// on which block finished last; `counters` (one u32 per warp tile, zero) are zero again when
+/// the launch ends.
+///
+/// [`launch::mma_split_k_scratch`]: crate::kernels::launch::mma_split_k_scratch
+#[inline(always)] // else LLVM keeps it out of line once its three instantiations grow
 #[allow(clippy::too_many_arguments)] // the entry's parameter list, as the kernel table passes it
 pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     w0: *const u32,
@@ -82,16 +93,25 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     cols: u32,
     n: u32,
     acc: u32,
+    splits: u32,
+    parts: *mut f32,
+    counters: *mut u32,
 ) {
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
-    // Row tiles are numbered across the matrices in turn (grid y).
+    // Row tiles are numbered across the matrices in turn (grid y), then by split.
     let mats = [
         (w0, s0, y0, rows0),
         (w1, s1, y1, rows1),
         (w2, s2, y2, rows2),
     ]
     .map(SplitOut::from);
-    let Some((m, tile_m)) = pick_matrix(mats, |r| r.div_ceil(P::TILE_M), block_idx_y()) else {
+    let row_tiles = mats.map(|m| m.rows.div_ceil(P::TILE_M));
+    let row_tiles = row_tiles[0] + row_tiles[1] + row_tiles[2];
+    let (split, ty) = match splits > 1 {
+        true => (block_idx_y() / row_tiles, block_idx_y() % row_tiles),
+        false => (0, block_idx_y()),
+    };
+    let Some((m, tile_m)) = pick_matrix(mats, |r| r.div_ceil(P::TILE_M), ty) else {
         return; // a grid larger than the tiles: the whole block leaves
     };
     let (qs, scales, y, rows) = (m.qs, m.scales, m.y, m.rows);
@@ -114,6 +134,14 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
         up_qs: core::ptr::null(),
         up_scales: core::ptr::null(),
         yh: core::ptr::null_mut(),
+        k: SplitK {
+            split,
+            splits: splits.max(1),
+            tile: ty * grid_dim() + block_idx(),
+            tiles: row_tiles * grid_dim(),
+            parts,
+            counters,
+        },
     };
     unsafe { tile_for::<P, F, false>(a) }
 }
@@ -163,6 +191,7 @@ pub unsafe fn mma_swiglu_split<P: TargetPolicy, F: SplitFormat>(
         up_qs,
         up_scales,
         yh,
+        k: SplitK::NONE,
     };
     unsafe { tile_for::<P, F, true>(a) }
 }
@@ -219,6 +248,7 @@ pub unsafe fn moe_mma_split<P: TargetPolicy, F: SplitFormat>(
         up_qs: core::ptr::null(),
         up_scales: core::ptr::null(),
         yh: core::ptr::null_mut(),
+        k: SplitK::NONE,
     };
     unsafe { tile_for::<P, F, false>(a) }
 }
@@ -270,6 +300,32 @@ struct Args {
     up_qs: *const u32,
     up_scales: *const u8,
     yh: *mut u16,
+    k: SplitK,
+}
+
+/// Which share of the reduction over k a block computes ([`mma_split`]'s `splits`).
+#[derive(Clone, Copy)]
+struct SplitK {
+    /// This block's share: stages `split·⌈stages/splits⌉ ..` of the tile's reduction.
+    split: u32,
+    splits: u32,
+    /// The block's tile among the launch's `tiles` (row tile × token tile).
+    tile: u32,
+    tiles: u32,
+    parts: *mut f32,
+    counters: *mut u32,
+}
+
+impl SplitK {
+    /// The whole reduction in one block.
+    const NONE: SplitK = SplitK {
+        split: 0,
+        splits: 1,
+        tile: 0,
+        tiles: 1,
+        parts: core::ptr::null_mut(),
+        counters: core::ptr::null_mut(),
+    };
 }
 
 impl Args {
@@ -341,6 +397,8 @@ struct Problem {
     nb: u32,
     row0: u32,
     tok0: u32,
+    /// The block's first stage (its split's share of k); `st` arguments below count from it.
+    st0: u32,
 }
 
 impl Problem {
@@ -356,6 +414,7 @@ impl Problem {
         let hw = F::QS_WORDS as u32 / 4;
         // 16-byte chunks, half-block fastest (a Q8 block's 32 contiguous bytes go to neighbouring
         // threads), then row: consecutive threads fill consecutive 16-byte shared slots.
+        let st = self.st0 + st;
         let mut c = thread_idx();
         while c < P::TILE_M * kb * hw {
             let (h, r, j) = (c % hw, (c / hw) % P::TILE_M, c / (hw * P::TILE_M));
@@ -414,7 +473,7 @@ impl Problem {
         }
         let e = thread_idx() + i as u32 * P::GEMM_WARPS * WARP;
         let (r, j) = (e % P::TILE_M, e / P::TILE_M);
-        (j < kb && st * kb + j < self.nb).then_some((r, j))
+        (j < kb && (self.st0 + st) * kb + j < self.nb).then_some((r, j))
     }
 
     /// This thread's block sides of stage `st`, loaded now and stored after the compute.
@@ -428,7 +487,7 @@ impl Problem {
         unroll::<MAX_STAGED>(|i| {
             if let Some((r, j)) = self.staged_entry::<P>(st, i) {
                 let (_, scales, row) = self.a.tile_row::<PAIR>(self.row0, r);
-                let blk = (row * self.nb + st * kb + j) as usize;
+                let blk = (row * self.nb + (self.st0 + st) * kb + j) as usize;
                 s[i] = load_side::<F>(scales, blk);
             }
         });
@@ -477,11 +536,15 @@ unsafe fn tile<
         assert!(P::TILE_K / (QK as u32) <= MAX_STAGE_BLOCKS as u32);
     };
     let nb = a.cols / QK as u32;
+    // A split's share of the stages (the last may be short, or even empty).
+    let per_split = nb.div_ceil(kb).div_ceil(a.k.splits);
+    let st0 = a.k.split * per_split;
     let pr = Problem {
         a,
         nb,
         row0: a.row0,
         tok0: a.tok0,
+        st0,
     };
     // Warp `w` computes warp tile `w % tile_warps` over k group `w / tile_warps`'s blocks.
     let tile_warps = P::GEMM_WARPS / P::GEMM_K_GROUPS;
@@ -496,7 +559,7 @@ unsafe fn tile<
     );
     let hw = F::QS_WORDS as u32 / 4;
     let (g, t) = (lane() / 4, lane() % 4);
-    let stages = nb.div_ceil(kb);
+    let stages = per_split.min(nb.div_ceil(kb).saturating_sub(st0));
     // A warp whose tokens all lie past the tile's last one skips its dequantization and mma
     // (warp-uniform; the loads and barriers still run for all). That is most of a grouped
     // GEMM's tiles (an expert's run is often far shorter than TILE_N), and half the warps of
@@ -541,7 +604,7 @@ unsafe fn tile<
             #[inline(always)]
             |jj| {
                 let j = jj as u32 * P::GEMM_K_GROUPS + k_group;
-                if jj as u32 >= kb / P::GEMM_K_GROUPS || st * kb + j >= nb || !warp_live {
+                if jj as u32 >= kb / P::GEMM_K_GROUPS || (st0 + st) * kb + j >= nb || !warp_live {
                     return; // the same for the whole block (the k tail) or warp
                 }
                 // A fragments of both k-steps: a[mi][s] = (row g, pair 0), (g+8, pair 0), (g, pair 1),
@@ -615,6 +678,13 @@ unsafe fn tile<
     }
 
     if P::GEMM_K_GROUPS > 1 && !unsafe { k_group_sums::<P, MI, NI>(&mut acc, tw, k_group) } {
+        return;
+    }
+    // A warp with no live token has nothing to store in any split, so it skips the count too.
+    if !PAIR
+        && a.k.splits > 1
+        && !(warp_live && unsafe { split_k_sums::<P, MI, NI>(&mut acc, &a.k, tw) })
+    {
         return;
     }
     // C fragment: element i is (row g + 8·(i/2), token 2t + i%2).
@@ -705,6 +775,58 @@ unsafe fn k_group_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
                 })
             })
         });
+    }
+    true
+}
+
+/// Split-K ([`mma_split`]'s `splits`): leaves this warp's share of its warp tile in `parts` and
+/// counts it in; the warp that completes the count replaces `acc` by the shares' sum in split
+/// order (whichever block came last, the same sum) and resets the counter for the next launch.
+/// Returns whether this warp holds the sum, which it then stores. Every lane must call.
+#[inline(always)]
+unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
+    acc: &mut [[[f32; 4]; NI]; MI],
+    k: &SplitK,
+    tile_warp: u32,
+) -> bool {
+    let tile_warps = P::GEMM_WARPS / P::GEMM_K_GROUPS;
+    let slot = (k.tile * tile_warps + tile_warp) as usize;
+    let words = MI * NI * 4 * WARP as usize;
+    // Lane-fastest: one warp's store or load of an accumulator element is one 128-byte line.
+    let at = |split: u32, e: usize| {
+        let share = split as usize * (k.tiles * tile_warps) as usize + slot;
+        share * words + e * WARP as usize + lane() as usize
+    };
+    unroll::<MI>(|mi| {
+        unroll::<NI>(|ni| {
+            unroll::<4>(|i| unsafe {
+                *k.parts.add(at(k.split, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
+            })
+        })
+    });
+    // Every lane's share is visible GPU-wide before lane 0 counts it in.
+    fence_gpu();
+    sync_warp();
+    let before = match lane() {
+        0 => unsafe { atomic_add_u32(k.counters.add(slot), 1) },
+        _ => 0,
+    };
+    if shfl_idx_u32(before, 0) != k.splits - 1 {
+        return false;
+    }
+    fence_gpu();
+    for split in 0..k.splits {
+        unroll::<MI>(|mi| {
+            unroll::<NI>(|ni| {
+                unroll::<4>(|i| {
+                    let v = unsafe { ld_cg_f32(k.parts.add(at(split, (mi * NI + ni) * 4 + i))) };
+                    acc[mi][ni][i] = if split == 0 { v } else { acc[mi][ni][i] + v };
+                })
+            })
+        });
+    }
+    if lane() == 0 {
+        unsafe { *k.counters.add(slot) = 0 };
     }
     true
 }

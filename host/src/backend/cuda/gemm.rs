@@ -8,6 +8,7 @@ use kernels_gpu::kernels::formats::{self, SplitFormat};
 use super::{Cuda, CudaTensor, CudaWeight, to_u32, u32_arg};
 use crate::cuda::{Arg, DBuf};
 use crate::gguf::GgmlType;
+use kernels_gpu::kernels::launch::Dims;
 
 impl Cuda {
     /// Whether `tokens` rows of activations take the tensor-core GEMM rather than the mat-vec
@@ -60,7 +61,15 @@ impl Cuda {
         let dims = sh.mma(&rows, x.rows as u32, e.qs_words, e.staged_words);
         let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
         let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
-        let (k, dims) = if self.takes_short_tile(x.rows, blocks) {
+        let splits = self.split_k(dims.grid_x * dims.grid_y, x.cols)?;
+        let split_args = match splits {
+            Some((splits, parts, counters)) => [Arg::U32(splits), parts, counters],
+            None => [Arg::U32(1), Arg::Ptr(0), Arg::Ptr(0)],
+        };
+        let (k, dims) = if let Some((s, ..)) = splits {
+            let grid_y = dims.grid_y * s;
+            (e.main, Dims { grid_y, ..dims })
+        } else if self.takes_short_tile(x.rows, blocks) {
             (
                 e.short,
                 sh.mma_short(&rows, x.rows as u32, e.qs_words, e.staged_words),
@@ -74,7 +83,38 @@ impl Cuda {
             (e.main, dims)
         };
         args.extend([h, u32_arg(x.cols, "cols")?, n, Arg::U32(u32::from(acc))]);
+        args.extend(split_args);
         self.gpu.launch(k, dims, &args)
+    }
+
+    /// Split-K for a main-tile GEMM launch of `blocks` blocks over `cols` columns: the shares
+    /// and the (shares, counters) scratch, or `None` to run it whole. While a step is being
+    /// recorded the scratch cannot grow (the graph would keep addressing the old buffers), so
+    /// a launch that needs more runs whole.
+    fn split_k(&self, blocks: u32, cols: usize) -> Result<Option<(u32, Arg, Arg)>> {
+        let sh = self.gpu.shapes();
+        let cols = to_u32(cols, "cols")?;
+        let splits = sh.mma_split_k(blocks, cols, self.gpu.sm_count(), self.gemm_split_k);
+        if splits < 2 {
+            return Ok(None);
+        }
+        let (parts, counters) = sh.mma_split_k_scratch(blocks, splits);
+        let mut slot = self.split_k_bufs.borrow_mut();
+        let fits = matches!(&*slot, Some((p, c)) if p.len() >= parts && c.len() >= counters);
+        if !fits {
+            if self.pool.borrow().recording.is_some() {
+                return Ok(None);
+            }
+            let grown = |have: usize, need: usize| need.max(have);
+            let (have_p, have_c) = slot.as_ref().map_or((0, 0), |(p, c)| (p.len(), c.len()));
+            // Dropping the old pair is stream-ordered after the launches that used it.
+            *slot = Some((
+                self.gpu.alloc::<f32>(grown(have_p, parts))?,
+                self.gpu.alloc::<u32>(grown(have_c, counters))?,
+            ));
+        }
+        let (p, c) = slot.as_ref().expect("allocated above");
+        Ok(Some((splits, p.arg(), c.arg())))
     }
 
     /// `silu(x·gateᵀ) ⊙ (x·upᵀ)` by the paired tensor-core GEMM (`kiln_mma_swiglu_*`), with
