@@ -928,7 +928,8 @@ fn quantized_wide_llama_and_qwen3() -> [Synth; 3] {
 /// operands: ~1e-3), with the paired GEMM checked to have run instead of the `swiglu` kernel.
 /// With the short-prompt tile allowed up to 128 tokens (the host grid has 2 SMs), the one-block
 /// o and down launches of this 9-token prompt take it (`kiln_mma_short_*`) and the two-block
-/// gate/up the main one; with it switched off, none does.
+/// gate/up the main one; with it switched off, none does. With split-K allowed, the one-block
+/// launches that have two stages split over k instead.
 #[test]
 fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
     use kernels_gpu::entries::names;
@@ -983,6 +984,27 @@ fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
             &got,
             5e-3,
             &format!("{what} dense prefill, CUDA-on-host vs CPU"),
+        );
+        // Split-K (up to 4 shares): one-block launches of two or more stages (128+ columns)
+        // split instead of taking the short or deep tile (2 shares: the host grid's 2 SMs × 2
+        // blocks, capped by the stages); one-stage launches cannot split and keep them.
+        let split = Cuda::host::<policies::Hopper>().with_gemm_split_k(4);
+        let got = prefill_all(&split, &file, &TOKENS);
+        let deep = [
+            names::kiln_mma_deep_q4_0,
+            names::kiln_mma_deep_q4_1,
+            names::kiln_mma_deep_q8_0,
+        ];
+        let small = |c: &Cuda| launches(c, &short) + launches(c, &deep);
+        assert!(
+            small(&split) < small(&cuda),
+            "{what}: split-K on, yet every one-block launch took the short or deep tile"
+        );
+        assert_positions_close(
+            &want,
+            &got,
+            5e-3,
+            &format!("{what} dense prefill, split-K, CUDA-on-host vs CPU"),
         );
         // Switched off: the gate/up GEMM, then `swiglu` (and `to_f16` for the down GEMM).
         let unpaired = Cuda::host::<policies::Hopper>().with_gemm_swiglu(false);
