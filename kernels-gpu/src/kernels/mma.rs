@@ -793,17 +793,23 @@ unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
     let slot = (k.tile * tile_warps + tile_warp) as usize;
     let words = MI * NI * 4 * WARP as usize;
     // Lane-fastest: one warp's store or load of an accumulator element is one 128-byte line.
-    let at = |split: u32, e: usize| {
-        let share = split as usize * (k.tiles * tile_warps) as usize + slot;
-        share * words + e * WARP as usize + lane() as usize
-    };
-    unroll::<MI>(|mi| {
-        unroll::<NI>(|ni| {
-            unroll::<4>(|i| unsafe {
-                *k.parts.add(at(k.split, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
-            })
-        })
-    });
+    let at = |split: u32, e: usize| share_word(k, tile_warps, slot, words, split, e);
+    unroll::<MI>(
+        #[inline(always)]
+        |mi| {
+            unroll::<NI>(
+                #[inline(always)]
+                |ni| {
+                    unroll::<4>(
+                        #[inline(always)]
+                        |i| unsafe {
+                            *k.parts.add(at(k.split, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
+                        },
+                    )
+                },
+            )
+        },
+    );
     // Every lane's share is visible GPU-wide before lane 0 counts it in.
     fence_gpu();
     sync_warp();
@@ -816,17 +822,43 @@ unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
     }
     fence_gpu();
     for split in 0..k.splits {
-        unroll::<MI>(|mi| {
-            unroll::<NI>(|ni| {
-                unroll::<4>(|i| {
-                    let v = unsafe { ld_cg_f32(k.parts.add(at(split, (mi * NI + ni) * 4 + i))) };
-                    acc[mi][ni][i] = if split == 0 { v } else { acc[mi][ni][i] + v };
-                })
-            })
-        });
+        unroll::<MI>(
+            #[inline(always)]
+            |mi| {
+                unroll::<NI>(
+                    #[inline(always)]
+                    |ni| {
+                        unroll::<4>(
+                            #[inline(always)]
+                            |i| {
+                                let v = unsafe {
+                                    ld_cg_f32(k.parts.add(at(split, (mi * NI + ni) * 4 + i)))
+                                };
+                                acc[mi][ni][i] = if split == 0 { v } else { acc[mi][ni][i] + v };
+                            },
+                        )
+                    },
+                )
+            },
+        );
     }
     if lane() == 0 {
         unsafe { *k.counters.add(slot) = 0 };
     }
     true
+}
+
+/// Where element `e` of this lane's accumulators lies in split `split`'s share of warp-tile
+/// `slot` (`words` accumulators per warp tile).
+#[inline(always)]
+fn share_word(
+    k: &SplitK,
+    tile_warps: u32,
+    slot: usize,
+    words: usize,
+    split: u32,
+    e: usize,
+) -> usize {
+    let share = split as usize * (k.tiles * tile_warps) as usize + slot;
+    share * words + e * WARP as usize + lane() as usize
 }
