@@ -106,7 +106,7 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     ]
     .map(SplitOut::from);
     let row_tiles = mats.map(|m| m.rows.div_ceil(P::TILE_M));
-    let row_tiles = row_tiles[0] + row_tiles[1] + row_tiles[2];
+    let row_tiles = (row_tiles[0] + row_tiles[1] + row_tiles[2]).max(1); // no divide-by-zero path
     let (split, ty) = match splits > 1 {
         true => (block_idx_y() / row_tiles, block_idx_y() % row_tiles),
         false => (0, block_idx_y()),
@@ -821,10 +821,13 @@ unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
         return false;
     }
     fence_gpu();
-    for split in 0..k.splits {
-        unroll::<MI>(
-            #[inline(always)]
-            |mi| {
+    // One 16-row fragment's accumulators at a time: all of a share's loads in flight at once
+    // would hold a second copy of the accumulators and push the whole kernel past the main
+    // tile's 128 registers.
+    unroll::<MI>(
+        #[inline(always)]
+        |mi| {
+            for split in 0..k.splits {
                 unroll::<NI>(
                     #[inline(always)]
                     |ni| {
@@ -839,9 +842,9 @@ unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
                         )
                     },
                 )
-            },
-        );
-    }
+            }
+        },
+    );
     if lane() == 0 {
         unsafe { *k.counters.add(slot) = 0 };
     }
