@@ -946,7 +946,9 @@ fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
         let (file, _) = build(&s);
         let want = prefill_all(&Cpu::new().with_f32_activations(), &file, &TOKENS);
         let what = format!("{} {:?}", s.arch, s.ty);
-        let main_only = Cuda::host::<policies::Hopper>().with_gemm_short_max(0);
+        let main_only = Cuda::host::<policies::Hopper>()
+            .with_gemm_short_max(0)
+            .with_gemm_split_k(0);
         let got = prefill_all(&main_only, &file, &TOKENS);
         assert_eq!(
             launches(&main_only, &short),
@@ -959,7 +961,9 @@ fn dense_prefill_on_cuda_host_grid_takes_the_paired_swiglu_gemm() {
             5e-3,
             &format!("{what} dense prefill, short tile off, CUDA-on-host vs CPU"),
         );
-        let cuda = Cuda::host::<policies::Hopper>().with_gemm_short_max(128);
+        let cuda = Cuda::host::<policies::Hopper>()
+            .with_gemm_short_max(128)
+            .with_gemm_split_k(0);
         let got = prefill_all(&cuda, &file, &TOKENS);
         assert!(
             launches(&cuda, &short) > 0,

@@ -71,6 +71,11 @@ impl TargetPolicy for Hopper {
     // 30: 8B pp16/64/128 TTFT −32/−13/−11 %, 0.6B −37/−20/−32 %; at 256 it lost 22 % (each block
     // re-reads the prompt's activations), so 128.
     const GEMM_SHORT_MAX_TOKENS: u32 = 128;
+    // Split-K (up to 8 shares, two blocks per SM) for the launches with fewer main-tile blocks
+    // than SMs, before the short and deep tiles. H100, session 31, against split-K off: 8B
+    // Q4_0 TTFT pp64 20.7 → 11.9 ms, pp128 27.1 → 15.9, pp256 35.9 → 26.1, pp512 45.5 → 43.1;
+    // Q8_0 pp128 29.8 → 18.2; 0.6B pp512 54.3k → 68.1k t/s. At most 4 shares: pp128 17.5 ms.
+    const GEMM_SPLIT_K_MAX: u32 = 8;
     // The dense tile until measured: 64 × 32 is the A/B candidate (an expert's run at pp512 on
     // 128 experts is ~32 slots; warps past it skip, but a live 64-wide warp is half padding).
     const MOE_TILE_N: u32 = 128;
