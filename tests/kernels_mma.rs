@@ -178,9 +178,7 @@ fn gemm(dev: &mut dyn Device, c: &Case) -> Result<(), TestCaseError> {
     let part_rows: Vec<u32> = outs.iter().map(|(r, _)| r.len() as u32).collect();
     let mut dims = dims(dev, c.tile, &part_rows, n as u32, words);
     // Split-K: shares poisoned (each is written before it is read), counters zero.
-    let (shares, counters) = dev
-        .shapes()
-        .mma_split_k_scratch(dims.grid_x * dims.grid_y, c.splits);
+    let (shares, counters) = dev.shapes().mma_split_k_scratch(dims.blocks(), c.splits);
     let shares_b = poisoned::<f32>(dev, shares, 0xff);
     let counters_b = upload(dev, &vec![0u32; counters]);
     dims.grid_y *= c.splits;

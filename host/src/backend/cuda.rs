@@ -156,59 +156,45 @@ pub struct Cuda {
 impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
-        let mapped = std::env::var("KILN_MAPPED_EMBEDDING").map_or(true, |v| v != "0");
         let base = Self::on(Gpu::new(modules, ordinal)?)?;
-        let swiglu_q8_rows = match std::env::var("KILN_SWIGLU_Q8_ROWS") {
-            Ok(v) => v.parse().map_err(|_| {
-                anyhow::anyhow!(
-                    "KILN_SWIGLU_Q8_ROWS={v}: expected a number of rows per warp (0 = off)"
-                )
-            })?,
-            Err(_) => base.swiglu_q8_rows,
-        };
-        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER") {
-            Ok(v) => match v.as_str() {
-                "1" => base.gpu.shapes().norm_defer_max_rows() as usize,
-                _ => v.parse().map_err(|_| {
-                    anyhow::anyhow!("KILN_NORM_DEFER={v}: expected 0 (off), 1 (the policy's limit) or a row limit")
-                })?,
-            },
-            Err(_) => base.norm_defer_rows,
-        };
-        let attention_short_max = match std::env::var("KILN_ATTN_SHORT_MAX") {
-            Ok(v) => v.parse().map_err(|_| {
-                anyhow::anyhow!("KILN_ATTN_SHORT_MAX={v}: expected a number of positions (0 = off)")
-            })?,
-            Err(_) => base.attention_short_max,
-        };
-        let gemm_short_max = match std::env::var("KILN_GEMM_SHORT_MAX") {
-            Ok(v) => v.parse().map_err(|_| {
-                anyhow::anyhow!("KILN_GEMM_SHORT_MAX={v}: expected a number of tokens (0 = off)")
-            })?,
-            Err(_) => base.gemm_short_max,
-        };
-        let gemm_split_k = match std::env::var("KILN_GEMM_SPLIT_K") {
-            Ok(v) => v.parse().map_err(|_| {
-                anyhow::anyhow!(
-                    "KILN_GEMM_SPLIT_K={v}: expected a most number of k shares (0 = off)"
-                )
-            })?,
-            Err(_) => base.gemm_split_k,
+        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER").as_deref() {
+            Ok("1") => base.gpu.shapes().norm_defer_max_rows() as usize,
+            _ => env_number(
+                "KILN_NORM_DEFER",
+                base.norm_defer_rows,
+                "0 (off), 1 (the policy's limit) or a row limit",
+            )?,
         };
         Ok(Cuda {
-            swiglu_q8_rows,
-            attention_short_max,
-            gemm_short_max,
-            gemm_split_k,
+            swiglu_q8_rows: env_number(
+                "KILN_SWIGLU_Q8_ROWS",
+                base.swiglu_q8_rows,
+                "a number of rows per warp (0 = off)",
+            )?,
+            attention_short_max: env_number(
+                "KILN_ATTN_SHORT_MAX",
+                base.attention_short_max,
+                "a number of positions (0 = off)",
+            )?,
+            gemm_short_max: env_number(
+                "KILN_GEMM_SHORT_MAX",
+                base.gemm_short_max,
+                "a number of tokens (0 = off)",
+            )?,
+            gemm_split_k: env_number(
+                "KILN_GEMM_SPLIT_K",
+                base.gemm_split_k,
+                "a largest number of k shares (0 = off)",
+            )?,
             norm_defer_rows,
-            attention_short_rope: std::env::var("KILN_ATTN_SHORT_ROPE").map_or(true, |v| v != "0"),
-            mapped_tables: mapped,
-            gemm_deep: std::env::var("KILN_GEMM_DEEP").map_or(true, |v| v != "0"),
-            gemm_swiglu: std::env::var("KILN_GEMM_SWIGLU").map_or(true, |v| v != "0"),
-            matvec_wide: std::env::var("KILN_MATVEC_WIDE").map_or(true, |v| v != "0"),
-            matvec3_wide: std::env::var("KILN_MATVEC3_WIDE").map_or(true, |v| v != "0"),
-            attention_mma: std::env::var("KILN_ATTN_MMA").map_or(true, |v| v != "0"),
-            moe_gemm: std::env::var("KILN_MOE_GEMM").map_or(true, |v| v != "0"),
+            attention_short_rope: env_on("KILN_ATTN_SHORT_ROPE"),
+            mapped_tables: env_on("KILN_MAPPED_EMBEDDING"),
+            gemm_deep: env_on("KILN_GEMM_DEEP"),
+            gemm_swiglu: env_on("KILN_GEMM_SWIGLU"),
+            matvec_wide: env_on("KILN_MATVEC_WIDE"),
+            matvec3_wide: env_on("KILN_MATVEC3_WIDE"),
+            attention_mma: env_on("KILN_ATTN_MMA"),
+            moe_gemm: env_on("KILN_MOE_GEMM"),
             ..base
         })
     }
@@ -221,8 +207,7 @@ impl Cuda {
         // Room for a position and a prefill chunk of ids up front: growing it later costs the
         // recorded decode steps (see `step_arg`).
         let buf = gpu.alloc::<u32>(STEP_BUF_IDS)?;
-        let enabled =
-            gpu.is_device() && std::env::var("KILN_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let enabled = gpu.is_device() && env_on("KILN_CUDA_GRAPHS");
         let swiglu_q8_rows = gpu.shapes().swiglu_q8_max_rows();
         let attention_short_max = gpu.shapes().attention_short_max() as usize;
         let gemm_short_max = gpu.shapes().gemm_short_max_tokens() as usize;
@@ -1642,4 +1627,20 @@ fn split_parts<'a>(ws: &[&'a CudaWeight]) -> Option<(GgmlType, Vec<(&'a DBuf<u8>
         parts.push((qs, scales));
     }
     Some((ty0?, parts))
+}
+
+/// An on/off A/B switch: on unless the variable is set to `0`.
+fn env_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
+}
+
+/// A numeric A/B switch: `default` when the variable is unset; an error naming it and what it
+/// expects (`what`) when it is set to something that does not parse.
+fn env_number<T: std::str::FromStr>(name: &str, default: T, what: &str) -> Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v}: expected {what}")),
+        Err(_) => Ok(default),
+    }
 }

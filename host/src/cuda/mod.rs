@@ -595,7 +595,7 @@ impl Gpu {
     pub fn fits_one_wave(&self, kernel: &'static str, dims: Dims) -> bool {
         match self.blocks_per_sm(kernel, dims) {
             None => !self.is_device(),
-            Some(per_sm) => per_sm > 0 && dims.grid_x * dims.grid_y <= per_sm * self.sms,
+            Some(per_sm) => per_sm > 0 && dims.blocks() <= per_sm * self.sms,
         }
     }
 

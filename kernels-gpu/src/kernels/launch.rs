@@ -14,6 +14,13 @@ pub struct Dims {
     pub shared_bytes: u32,
 }
 
+impl Dims {
+    /// Blocks in the grid (saturating: no launchable grid comes near `u32::MAX`).
+    pub const fn blocks(&self) -> u32 {
+        self.grid_x.saturating_mul(self.grid_y)
+    }
+}
+
 const fn div_ceil(a: u32, b: u32) -> u32 {
     a.div_ceil(b)
 }

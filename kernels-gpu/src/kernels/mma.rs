@@ -705,6 +705,25 @@ unsafe fn tile<
         }
         return;
     }
+    each_acc::<MI, NI>(
+        #[inline(always)]
+        |mi, ni, i| {
+            let row = pr.row0 + wr0 + 16 * mi as u32 + g + 8 * (i as u32 / 2);
+            let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
+            if row < a.rows && tok < a.n {
+                let out = unsafe { a.y.add((a.y_row(tok) * a.rows + row) as usize) };
+                let v = acc[mi][ni][i];
+                unsafe { *out = if a.acc { *out + v } else { v } };
+            }
+        },
+    );
+}
+
+/// Calls `f(mi, ni, i)` for element `i` of every accumulator fragment of an `MI`×`NI` warp
+/// tile, fully unrolled: indexing the accumulators with loop counters would move them from
+/// registers to local memory. `f` must be `#[inline(always)]` for the same reason.
+#[inline(always)]
+fn each_acc<const MI: usize, const NI: usize>(mut f: impl FnMut(usize, usize, usize)) {
     unroll::<MI>(
         #[inline(always)]
         |mi| {
@@ -713,21 +732,7 @@ unsafe fn tile<
                 |ni| {
                     unroll::<4>(
                         #[inline(always)]
-                        |i| {
-                            let row = pr.row0 + wr0 + 16 * mi as u32 + g + 8 * (i as u32 / 2);
-                            let tok = pr.tok0 + wt0 + 8 * ni as u32 + 2 * t + i as u32 % 2;
-                            if row < a.rows && tok < a.n {
-                                let out =
-                                    unsafe { a.y.add((a.y_row(tok) * a.rows + row) as usize) };
-                                unsafe {
-                                    *out = if a.acc {
-                                        *out + acc[mi][ni][i]
-                                    } else {
-                                        acc[mi][ni][i]
-                                    }
-                                };
-                            }
-                        },
+                        |i| f(mi, ni, i),
                     )
                 },
             )
@@ -755,26 +760,22 @@ unsafe fn k_group_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
     cp_async_wait(0);
     sync_threads();
     if k_group > 0 {
-        unroll::<MI>(|mi| {
-            unroll::<NI>(|ni| {
-                unroll::<4>(|i| unsafe {
-                    *sums.add(slot(k_group, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
-                })
-            })
-        });
+        each_acc::<MI, NI>(
+            #[inline(always)]
+            |mi, ni, i| unsafe {
+                *sums.add(slot(k_group, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
+            },
+        );
     }
     sync_threads();
     if k_group > 0 {
         return false;
     }
     for group in 1..P::GEMM_K_GROUPS {
-        unroll::<MI>(|mi| {
-            unroll::<NI>(|ni| {
-                unroll::<4>(|i| {
-                    acc[mi][ni][i] += unsafe { *sums.add(slot(group, (mi * NI + ni) * 4 + i)) }
-                })
-            })
-        });
+        each_acc::<MI, NI>(
+            #[inline(always)]
+            |mi, ni, i| acc[mi][ni][i] += unsafe { *sums.add(slot(group, (mi * NI + ni) * 4 + i)) },
+        );
     }
     true
 }
@@ -794,21 +795,9 @@ unsafe fn split_k_sums<P: TargetPolicy, const MI: usize, const NI: usize>(
     let words = MI * NI * 4 * WARP as usize;
     // Lane-fastest: one warp's store or load of an accumulator element is one 128-byte line.
     let at = |split: u32, e: usize| share_word(k, tile_warps, slot, words, split, e);
-    unroll::<MI>(
+    each_acc::<MI, NI>(
         #[inline(always)]
-        |mi| {
-            unroll::<NI>(
-                #[inline(always)]
-                |ni| {
-                    unroll::<4>(
-                        #[inline(always)]
-                        |i| unsafe {
-                            *k.parts.add(at(k.split, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i]
-                        },
-                    )
-                },
-            )
-        },
+        |mi, ni, i| unsafe { *k.parts.add(at(k.split, (mi * NI + ni) * 4 + i)) = acc[mi][ni][i] },
     );
     // Every lane's share is visible GPU-wide before lane 0 counts it in.
     fence_gpu();

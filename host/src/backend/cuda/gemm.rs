@@ -59,9 +59,9 @@ impl Cuda {
         // k-stages: half the block barriers, which no second resident block would cover.
         let sh = self.gpu.shapes();
         let dims = sh.mma(&rows, x.rows as u32, e.qs_words, e.staged_words);
-        let small = u64::from(sh.gemm_deep_max_blocks_per_sm()) * u64::from(self.gpu.sm_count());
-        let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
-        let splits = self.split_k(dims.grid_x * dims.grid_y, x.cols)?;
+        let small = sh.gemm_deep_max_blocks_per_sm() * self.gpu.sm_count();
+        let blocks = dims.blocks();
+        let splits = self.split_k(blocks, x.cols)?;
         let split_args = match splits {
             Some((splits, parts, counters)) => [Arg::U32(splits), parts, counters],
             None => [Arg::U32(1), Arg::Ptr(0), Arg::Ptr(0)],
@@ -135,8 +135,7 @@ impl Cuda {
         let (r, n) = (to_u32(rows, "rows")?, to_u32(x.rows, "tokens")?);
         let sh = self.gpu.shapes();
         let dims = sh.mma_swiglu(r, n, e.qs_words, e.staged_words);
-        let blocks = u64::from(dims.grid_x) * u64::from(dims.grid_y);
-        let (k, dims) = match self.takes_short_tile(x.rows, blocks) {
+        let (k, dims) = match self.takes_short_tile(x.rows, dims.blocks()) {
             true => (
                 e.swiglu_short,
                 sh.mma_swiglu_short(r, n, e.qs_words, e.staged_words),
@@ -160,8 +159,8 @@ impl Cuda {
 
     /// Whether a GEMM launch of `tokens` tokens, whose main grid has `main_blocks` blocks,
     /// takes the short-prompt tile: few enough tokens, and too few blocks to give every SM one.
-    fn takes_short_tile(&self, tokens: usize, main_blocks: u64) -> bool {
-        tokens <= self.gemm_short_max && main_blocks < u64::from(self.gpu.sm_count())
+    fn takes_short_tile(&self, tokens: usize, main_blocks: u32) -> bool {
+        tokens <= self.gemm_short_max && main_blocks < self.gpu.sm_count()
     }
 
     /// `x` rounded to f16 for the GEMMs: the copy its producer wrote (`CudaTensor::f16`), else
