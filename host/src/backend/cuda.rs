@@ -9,11 +9,15 @@
 //! the mat-vec reads, and the q/k/v and gate/up projections run as one launch each.
 //!
 //! Beside this file: `weights` (upload and re-blocking), `gemm` (prefill GEMM launches),
-//! `attention` (KV-cache attention), `graphs` (recording and replay), `moe` (expert routing).
+//! `attention` (KV-cache attention), `graphs` (recording and replay), `moe` (expert routing),
+//! `matvec` (decode's mat-vec launches and their Q8_1 activations), `switches` (construction
+//! and the A/B switches).
 mod attention;
 mod gemm;
 mod graphs;
+mod matvec;
 mod moe;
+mod switches;
 mod weights;
 
 use std::cell::RefCell;
@@ -24,18 +28,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Result, bail, ensure};
 use kernels_gpu::entries::families::{
-    EMBED, FormatEntries, MATVEC, MATVEC_ADD_NORM_Q8, MATVEC_F32X, MATVEC_SWIGLU,
-    MATVEC_SWIGLU_NORM, MATVEC_SWIGLU_Q8, MATVEC_SWIGLU_Q8_NORM, MATVEC_WIDE, MATVEC3,
-    MATVEC3_NORM, MATVEC3_WIDE, MATVEC3_WIDE_NORM,
+    EMBED, FormatEntries, MATVEC_F32X, MATVEC_SWIGLU, MATVEC_SWIGLU_NORM, MATVEC3, MATVEC3_NORM,
+    MATVEC3_WIDE, MATVEC3_WIDE_NORM,
 };
 use kernels_gpu::entries::names;
-use kernels_gpu::kernels::launch::Dims;
-use kernels_gpu::kernels::residual_norm::MAX_DEFERRED_COLS;
 
 use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, StepFn, check_row};
-use crate::cuda::{Arg, DBuf, Gpu, Graph, PtxModule};
+use crate::cuda::{Arg, DBuf, Gpu, Graph};
 use crate::gguf::{GgmlType, GgufFile};
 use attention::check_attention;
+use switches::env_on;
 
 /// A model's host RoPE frequency divisors and the device copy made from them.
 type RopeFactors = (Arc<[f32]>, DBuf<f32>);
@@ -154,50 +156,6 @@ pub struct Cuda {
 }
 
 impl Cuda {
-    /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
-    pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
-        let base = Self::on(Gpu::new(modules, ordinal)?)?;
-        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER").as_deref() {
-            Ok("1") => base.gpu.shapes().norm_defer_max_rows() as usize,
-            _ => env_number(
-                "KILN_NORM_DEFER",
-                base.norm_defer_rows,
-                "0 (off), 1 (the policy's limit) or a row limit",
-            )?,
-        };
-        Ok(Cuda {
-            swiglu_q8_rows: env_number(
-                "KILN_SWIGLU_Q8_ROWS",
-                base.swiglu_q8_rows,
-                "a number of rows per warp (0 = off)",
-            )?,
-            attention_short_max: env_number(
-                "KILN_ATTN_SHORT_MAX",
-                base.attention_short_max,
-                "a number of positions (0 = off)",
-            )?,
-            gemm_short_max: env_number(
-                "KILN_GEMM_SHORT_MAX",
-                base.gemm_short_max,
-                "a number of tokens (0 = off)",
-            )?,
-            gemm_split_k: env_number(
-                "KILN_GEMM_SPLIT_K",
-                base.gemm_split_k,
-                "a largest number of k shares (0 = off)",
-            )?,
-            norm_defer_rows,
-            attention_short_rope: env_on("KILN_ATTN_SHORT_ROPE"),
-            mapped_tables: env_on("KILN_MAPPED_EMBEDDING"),
-            gemm_deep: env_on("KILN_GEMM_DEEP"),
-            gemm_swiglu: env_on("KILN_GEMM_SWIGLU"),
-            matvec_wide: env_on("KILN_MATVEC_WIDE"),
-            matvec3_wide: env_on("KILN_MATVEC3_WIDE"),
-            attention_mma: env_on("KILN_ATTN_MMA"),
-            moe_gemm: env_on("KILN_MOE_GEMM"),
-            ..base
-        })
-    }
     /// The CUDA backend over the host grid executor with policy `P`: the same backend code and
     /// kernel bodies, run on the CPU (slow; tests and debugging).
     pub fn host<P: policies::TargetPolicy>() -> Self {
@@ -252,71 +210,6 @@ impl Cuda {
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
-    /// Matmuls keep activations in f32 instead of Q8_1 (slower): the CPU backend in the same
-    /// mode agrees to float rounding, since no 8-bit activation code can flip between them.
-    pub fn with_f32_activations(mut self) -> Self {
-        self.f32_activations = true;
-        self
-    }
-
-    /// Whether split-KV attention's pass 1 may run on tensor cores (f16 query and probability
-    /// operands, ~1e-3 relative) in the default mode; off, it runs the f32 kernel, which agrees
-    /// with the CPU backend's attention to float rounding.
-    pub fn with_attention_mma(mut self, on: bool) -> Self {
-        self.attention_mma = on;
-        self
-    }
-
-    /// Decode attention in one launch for histories up to `positions` (0: never).
-    pub fn with_attention_short_max(mut self, positions: usize) -> Self {
-        self.attention_short_max = positions;
-        self
-    }
-
-    /// GEMM launches of up to `tokens` tokens may take the short-prompt tile (0: never).
-    pub fn with_gemm_short_max(mut self, tokens: usize) -> Self {
-        self.gemm_short_max = tokens;
-        self
-    }
-
-    /// GEMM launches whose main grid leaves SMs idle may split their reduction over k up to
-    /// `max` ways (0 or 1: never).
-    pub fn with_gemm_split_k(mut self, max: u32) -> Self {
-        self.gemm_split_k = max;
-        self
-    }
-
-    /// Whether one-token decode over a short history may fold `rope_store` into the
-    /// one-launch attention (where the policy takes it): the same bits either way.
-    pub fn with_attention_short_rope(mut self, on: bool) -> Self {
-        self.attention_short_rope = on;
-        self
-    }
-
-    /// Whether decode's residual projections leave the next norm to its consumers (off: a
-    /// norm launch, which the CPU backend's arithmetic matches to float rounding).
-    pub fn with_norm_defer(mut self, on: bool) -> Self {
-        self.norm_defer_rows = match on {
-            true => self.gpu.shapes().norm_defer_max_rows() as usize,
-            false => 0,
-        };
-        self
-    }
-
-    /// Whether a prompt's experts run as grouped tensor-core GEMMs (f16 operands) or as the
-    /// expert-sorted mat-vecs over 8-bit activations, which agree with the CPU backend's
-    /// default mode to float rounding.
-    pub fn with_moe_gemm(mut self, on: bool) -> Self {
-        self.moe_gemm = on;
-        self
-    }
-
-    /// Whether prefill's gate, up and SwiGLU run as one paired GEMM (`KILN_GEMM_SWIGLU`).
-    pub fn with_gemm_swiglu(mut self, on: bool) -> Self {
-        self.gemm_swiglu = on;
-        self
-    }
-
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         let n = (rows * cols).max(1);
         let mut guard = self.pool.borrow_mut();
@@ -385,227 +278,6 @@ impl Cuda {
 
     fn pos_arg(&self, pos: usize) -> Result<Arg> {
         self.step_arg(0, &[to_u32(pos, "position")?])
-    }
-
-    /// The split-format mat-vec over `n` rows of Q8_1 activations `x` = (`xq`, `xds`): `y = x·wᵀ`,
-    /// or `y += x·wᵀ` with `acc`. One resident wave, grid-striding over the row groups.
-    #[allow(clippy::too_many_arguments)]
-    fn launch_matvec(
-        &self,
-        ty: GgmlType,
-        qs: &DBuf<u8>,
-        scales: &DBuf<u8>,
-        w: &CudaWeight,
-        n: u32,
-        x: (Arg, Arg),
-        y: Arg,
-        acc: bool,
-    ) -> Result<()> {
-        let (rows, cols) = (u32_arg(w.rows, "rows")?, u32_arg(w.cols, "cols")?);
-        let (sh, sms, r) = (self.gpu.shapes(), self.gpu.sm_count(), w.rows as u32);
-        let wide = self.matvec_wide && sh.matvec_takes_wide(r, sms);
-        let (k, dims) = match wide {
-            true => (
-                by_format(ty, MATVEC_WIDE),
-                sh.matvec_wide_multi(&[r], n, sms),
-            ),
-            false => (by_format(ty, MATVEC), sh.matvec_resident(r, n, sms)),
-        };
-        let dims = self.gpu.one_wave(k, dims);
-        self.gpu.launch(
-            k,
-            dims,
-            &[
-                qs.arg(),
-                scales.arg(),
-                x.0,
-                x.1,
-                y,
-                rows,
-                cols,
-                Arg::U32(u32::from(acc)),
-            ],
-        )
-    }
-
-    /// `x += a·wᵀ` through a fresh output (the f32-activation and f16 paths, which do not
-    /// accumulate).
-    fn add_matmul_output(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
-        let y = self.matmul(a, w)?;
-        self.add_assign(x, &y)
-    }
-
-    /// Calls `f` with the Q8_1 activations (`xq`, `xds`) of `x`: those its producer emitted, or
-    /// quantized here.
-    fn with_q8<T>(&self, x: &CudaTensor, f: impl FnOnce(Arg, Arg) -> Result<T>) -> Result<T> {
-        let x = self.settled(x)?;
-        if let Some(q) = &x.q8 {
-            return f(q.0.arg(), q.1.arg());
-        }
-        ensure!(
-            x.cols % 32 == 0,
-            "quantized matmul: {} columns are not whole 32-blocks",
-            x.cols
-        );
-        let (xq, xds) = self.q8_buffers(x.rows, x.cols)?;
-        let sh = self.gpu.shapes();
-        self.gpu.launch(
-            names::kiln_quantize_q8_1,
-            sh.quantize_q8_1(x.cols as u32, x.rows as u32),
-            &[x.arg(), xq.arg(), xds.arg(), Arg::U32(x.cols as u32)],
-        )?;
-        f(xq.arg(), xds.arg())
-    }
-    /// The consumer kernel family for `x`: `deferred` (the `residual_norm::Deferred`
-    /// instantiations) where [`with_q8_scaled`](Self::with_q8_scaled) hands the launch a
-    /// deferred norm's partial sums, `finished` otherwise.
-    fn consumer_family(
-        x: &CudaTensor,
-        finished: FormatEntries,
-        deferred: FormatEntries,
-    ) -> FormatEntries {
-        match x.deferred_q8() {
-            Some(_) => deferred,
-            None => finished,
-        }
-    }
-    /// [`with_q8`](Self::with_q8) for launches that apply a deferred norm themselves: `f` also
-    /// gets the `(ss, ss_parts, eps)` arguments (a null `ss` and 0 parts when `x` is finished;
-    /// the `Finished` kernels [`consumer_family`](Self::consumer_family) picks then ignore them).
-    fn with_q8_scaled<T>(
-        &self,
-        x: &CudaTensor,
-        f: impl FnOnce(Arg, Arg, [Arg; 3]) -> Result<T>,
-    ) -> Result<T> {
-        match x.deferred_q8() {
-            Some((d, q)) => f(
-                q.0.arg(),
-                q.1.arg(),
-                [d.ss.arg(), Arg::U32(d.parts), Arg::F32(d.eps)],
-            ),
-            None => self.with_q8(x, |xq, xds| {
-                f(xq, xds, [Arg::Ptr(0), Arg::U32(0), Arg::F32(0.0)])
-            }),
-        }
-    }
-
-    /// `x` itself, or for a deferred norm its finished values (`kiln_norm_settle_q8`: the
-    /// values and their Q8_1 blocks), made at the first call and kept with `x`.
-    fn settled<'a>(&self, x: &'a CudaTensor) -> Result<&'a CudaTensor> {
-        let Some(d) = &x.deferred else {
-            return Ok(x);
-        };
-        if let Some(done) = d.settled.get() {
-            return Ok(done);
-        }
-        let mut out = self.tensor(x.rows, x.cols)?;
-        let (oq, ods) = self.q8_buffers(x.rows, x.cols)?;
-        let dims = self
-            .gpu
-            .shapes()
-            .quantize_q8_1(x.cols as u32, x.rows as u32);
-        let cols = u32_arg(x.cols, "cols")?;
-        self.gpu.launch(
-            names::kiln_norm_settle_q8,
-            dims,
-            &[
-                x.buf().arg(),
-                d.ss.arg(),
-                Arg::U32(d.parts),
-                out.arg(),
-                oq.arg(),
-                ods.arg(),
-                cols,
-                Arg::F32(d.eps),
-            ],
-        )?;
-        out.q8 = Some(Box::new((oq, ods)));
-        Ok(d.settled.get_or_init(|| out))
-    }
-
-    /// The residual projection that leaves the norm after it to its consumers
-    /// (`kiln_matvec_add_norm_q8_*`), when it applies: split weights, a decode-sized batch on
-    /// the Q8_1 mat-vecs, whole 32-row blocks, a norm over the whole row, and a grid of one
-    /// resident wave. Returns the entry, its shape, the projection's (quants, scales) and the
-    /// norm weight's buffer.
-    #[allow(clippy::type_complexity)]
-    fn norm_defer_launch<'w>(
-        &self,
-        x: &CudaTensor,
-        a: &CudaTensor,
-        w: &'w CudaWeight,
-        norm: &'w CudaWeight,
-    ) -> Option<(
-        &'static str,
-        Dims,
-        (&'w DBuf<u8>, &'w DBuf<u8>),
-        &'w DBuf<f32>,
-    )> {
-        let (Storage::Split { ty, qs, scales }, Storage::F32(g)) = (&w.storage, &norm.storage)
-        else {
-            return None;
-        };
-        let rows = w.rows;
-        // Not Q8_0: measured on an H100 (session 22), 8B Q8_0 decode −0.8 % with it. Its
-        // mat-vecs hide the norm launch (all small nodes together cost it 3 %), so the 32-row
-        // producer's barrier costs more than the launch it saves.
-        let applies = *ty != GgmlType::Q8_0
-            && rows <= self.norm_defer_rows
-            && !self.f32_activations
-            && a.rows <= FUSED_MAX_TOKENS
-            && !self.gemm_for(a.rows)
-            && a.deferred.is_none()
-            && a.cols == w.cols
-            && w.cols.is_multiple_of(32)
-            && x.rows == a.rows
-            && x.cols == rows
-            && norm.cols == rows
-            && norm.rows == 1
-            && rows.is_multiple_of(32)
-            && rows <= MAX_DEFERRED_COLS as usize;
-        if !applies {
-            return None;
-        }
-        let k = by_format(*ty, MATVEC_ADD_NORM_Q8);
-        let dims = self
-            .gpu
-            .shapes()
-            .matvec_add_norm_q8(rows as u32, a.rows as u32);
-        self.gpu
-            .fits_one_wave(k, dims)
-            .then_some((k, dims, (qs, scales), g))
-    }
-
-    /// The Q8_1-emitting gate/up + SwiGLU launch for `rows` outputs of `n` tokens: the fewest
-    /// rows per warp (1, 2, 4, 8, up to `swiglu_q8_rows`) whose `rows / 32` blocks are all
-    /// resident at once; `None` (the separate quantize) when none is, or `rows % 32 != 0`.
-    fn swiglu_q8_launch(
-        &self,
-        ty: GgmlType,
-        x: &CudaTensor,
-        rows: usize,
-    ) -> Option<(&'static str, Dims)> {
-        if !rows.is_multiple_of(32) || self.f32_activations {
-            return None;
-        }
-        let n = x.rows;
-        let k = by_format(
-            ty,
-            Self::consumer_family(x, MATVEC_SWIGLU_Q8, MATVEC_SWIGLU_Q8_NORM),
-        );
-        let (rows, n) = (u32::try_from(rows).ok()?, u32::try_from(n).ok()?);
-        [1, 2, 4, 8]
-            .into_iter()
-            .take_while(|&r| r <= self.swiglu_q8_rows)
-            .map(|r| self.gpu.shapes().matvec_swiglu_q8(rows, n, r))
-            .find(|&dims| self.gpu.fits_one_wave(k, dims))
-            .map(|dims| (k, dims))
-    }
-
-    /// Buffers for Q8_1 activations of `rows × cols`: i8 codes (4 per f32 slot) and (d, d·Σq)
-    /// per 32-block.
-    fn q8_buffers(&self, rows: usize, cols: usize) -> Result<(CudaTensor, CudaTensor)> {
-        Ok((self.tensor(rows, cols / 4)?, self.tensor(rows, cols / 16)?))
     }
 }
 
@@ -1627,20 +1299,4 @@ fn split_parts<'a>(ws: &[&'a CudaWeight]) -> Option<(GgmlType, Vec<(&'a DBuf<u8>
         parts.push((qs, scales));
     }
     Some((ty0?, parts))
-}
-
-/// An on/off A/B switch: on unless the variable is set to `0`.
-fn env_on(name: &str) -> bool {
-    std::env::var(name).map_or(true, |v| v != "0")
-}
-
-/// A numeric A/B switch: `default` when the variable is unset; an error naming it and what it
-/// expects (`what`) when it is set to something that does not parse.
-fn env_number<T: std::str::FromStr>(name: &str, default: T, what: &str) -> Result<T> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name}={v}: expected {what}")),
-        Err(_) => Ok(default),
-    }
 }
