@@ -36,7 +36,7 @@ for round in $(seq "${ROUNDS:-2}"); do
     f=/tmp/m/${spec%%:*}-${spec##*:}.gguf
     for v in "${names[@]}"; do
       run "$v" bench model -m "$f" ${BENCH_ARGS:---pp 0} --reps 1 --out "/tmp/kb/out-$v" > "/tmp/kb/log-$v" 2>&1 || tail -5 "/tmp/kb/log-$v"
-      grep -E "^\| .*(tg128|pp512)" "/tmp/kb/out-$v/bench.md" | sed "s/^/round $round $v /" | tee -a "$OUT/variants.txt"
+      grep -E "^\| .*(tg[0-9]+|pp[0-9]+)" "/tmp/kb/out-$v/bench.md" | sed "s/^/round $round $v /" | tee -a "$OUT/variants.txt"
     done
   done
 done

@@ -144,6 +144,10 @@ pub trait TargetPolicy: 'static {
     /// 0 or 1: never. The split count keeps `GEMM_SPLIT_K_BLOCKS_PER_SM` blocks on every SM.
     const GEMM_SPLIT_K_MAX: u32 = 0;
     const GEMM_SPLIT_K_BLOCKS_PER_SM: u32 = 2;
+    /// Whether this GEMM instantiation carries split-K's share sum. The main tile's does; the
+    /// deep, short-prompt and expert tiles ([`DeepK`], [`ShortTile`], [`MoeTile`]), whose
+    /// launches the host never splits, leave the dead code out of their entries.
+    const GEMM_SPLIT_K_EPILOGUE: bool = true;
     /// Weight rows, tokens, warp width and k groups of the short-prompt tile; its warp height is
     /// `GEMM_WARP_M` and its stages the deep ones (`GEMM_DEEP_TILE_K`, `GEMM_DEEP_STAGES`).
     const GEMM_SHORT_TILE_M: u32 = 32;
@@ -236,6 +240,7 @@ macro_rules! gemm_variant {
             const GEMM_SHORT_MAX_TOKENS: u32 = P::GEMM_SHORT_MAX_TOKENS;
             const GEMM_SPLIT_K_MAX: u32 = P::GEMM_SPLIT_K_MAX;
             const GEMM_SPLIT_K_BLOCKS_PER_SM: u32 = P::GEMM_SPLIT_K_BLOCKS_PER_SM;
+            const GEMM_SPLIT_K_EPILOGUE: bool = false;
             const GEMM_SHORT_TILE_M: u32 = P::GEMM_SHORT_TILE_M;
             const GEMM_SHORT_TILE_N: u32 = P::GEMM_SHORT_TILE_N;
             const GEMM_SHORT_WARP_N: u32 = P::GEMM_SHORT_WARP_N;

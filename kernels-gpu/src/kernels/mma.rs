@@ -98,6 +98,7 @@ pub unsafe fn mma_split<P: TargetPolicy, F: SplitFormat>(
     counters: *mut u32,
 ) {
     const { assert!(P::Mma::M == 16 && P::Mma::N == 8 && P::Mma::K == 16) };
+    let splits = if P::GEMM_SPLIT_K_EPILOGUE { splits } else { 1 };
     // Row tiles are numbered across the matrices in turn (grid y), then by split.
     let mats = [
         (w0, s0, y0, rows0),
