@@ -39,3 +39,8 @@ print("graphs off == on:", a[ka] == b[ka], len(a[ka]), "tokens")
 print("timings off:", a.get("timings")); print("timings on: ", b.get("timings"))
 PY
 /tmp/kb/xtask bench model "${models[@]}" --reps "${REPS:-3}" --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log"
+# At most 8 files come back from $OUT: keep bench/bench.{json,md,svg} and a freshly built
+# llama-bench's three parts (carry them as .llama/ next time), fold every log into one tarball.
+logs=$(cd "$OUT" && ls -d graphs_* smi.txt bench.log llama-build.log llama/*.log llama/*.txt 2>/dev/null)
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" $logs && (cd "$OUT" && rm -f $logs)
+ls -R "$OUT"
