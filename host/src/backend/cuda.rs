@@ -34,10 +34,9 @@ use kernels_gpu::entries::families::{
 use kernels_gpu::entries::names;
 
 use super::{Attention, Backend, KvSpec, Moe, Rope, RopeStyle, Shape, StepFn, check_row};
-use crate::cuda::{Arg, DBuf, Gpu, Graph};
+use crate::cuda::{Arg, DBuf, Gpu, Graph, env_on};
 use crate::gguf::{GgmlType, GgufFile};
 use attention::check_attention;
-use switches::env_on;
 
 /// A model's host RoPE frequency divisors and the device copy made from them.
 type RopeFactors = (Arc<[f32]>, DBuf<f32>);

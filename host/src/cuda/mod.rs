@@ -85,6 +85,11 @@ pub fn pick_module(modules: &[PtxModule], cc: u32) -> Option<&PtxModule> {
 
 pub use kernels_gpu::entries::Arg;
 
+/// An on/off A/B switch (README, "Switches"): on unless the variable is set to `0`.
+pub(crate) fn env_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
+}
+
 enum Mem<T> {
     Cuda(CudaSlice<T>),
     /// Page-locked host memory mapped into the device's address space (read by kernels over
@@ -222,7 +227,7 @@ impl Gpu {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
             .map_err(|e| anyhow!("{e:?}"))? as u32;
-        let pdl = shapes.pdl() && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
+        let pdl = shapes.pdl() && env_on("KILN_PDL");
         Ok(Gpu {
             imp: Imp::Cuda(CudaImp {
                 ctx,

@@ -61,27 +61,26 @@ impl Cuda {
         let dims = sh.mma(&rows, x.rows as u32, e.qs_words, e.staged_words);
         let small = sh.gemm_deep_max_blocks_per_sm() * self.gpu.sm_count();
         let blocks = dims.blocks();
-        let splits = self.split_k(blocks, x.cols)?;
-        let split_args = match splits {
-            Some((splits, parts, counters)) => [Arg::U32(splits), parts, counters],
-            None => [Arg::U32(1), Arg::Ptr(0), Arg::Ptr(0)],
-        };
-        let (k, dims) = if let Some((s, ..)) = splits {
-            let grid_y = dims.grid_y * s;
-            (e.main, Dims { grid_y, ..dims })
-        } else if self.takes_short_tile(x.rows, blocks) {
-            (
-                e.short,
-                sh.mma_short(&rows, x.rows as u32, e.qs_words, e.staged_words),
-            )
-        } else if self.gemm_deep && blocks <= small {
-            (
-                e.deep,
-                sh.mma_deep(&rows, x.rows as u32, e.qs_words, e.staged_words),
-            )
-        } else {
-            (e.main, dims)
-        };
+        // Only the main entries sum split-K shares (`GEMM_SPLIT_K_EPILOGUE`); the short and
+        // deep entries take `splits = 1` as a constant, so shares are paired with `e.main` here.
+        let whole = [Arg::U32(1), Arg::Ptr(0), Arg::Ptr(0)];
+        let (k, dims, split_args) =
+            if let Some((s, parts, counters)) = self.split_k(blocks, x.cols)? {
+                let grid_y = dims.grid_y * s;
+                (
+                    e.main,
+                    Dims { grid_y, ..dims },
+                    [Arg::U32(s), parts, counters],
+                )
+            } else if self.takes_short_tile(x.rows, blocks) {
+                let dims = sh.mma_short(&rows, x.rows as u32, e.qs_words, e.staged_words);
+                (e.short, dims, whole)
+            } else if self.gemm_deep && blocks <= small {
+                let dims = sh.mma_deep(&rows, x.rows as u32, e.qs_words, e.staged_words);
+                (e.deep, dims, whole)
+            } else {
+                (e.main, dims, whole)
+            };
         args.extend([h, u32_arg(x.cols, "cols")?, n, Arg::U32(u32::from(acc))]);
         args.extend(split_args);
         self.gpu.launch(k, dims, &args)

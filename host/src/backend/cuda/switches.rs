@@ -4,19 +4,21 @@
 use anyhow::Result;
 
 use super::Cuda;
-use crate::cuda::{Gpu, PtxModule};
+use crate::cuda::{Gpu, PtxModule, env_on};
 
 impl Cuda {
     /// Opens GPU `ordinal` with the embedded kernel modules (the `kiln` package's `PTX_MODULES`).
     pub fn new(modules: &[PtxModule], ordinal: usize) -> Result<Self> {
         let base = Self::on(Gpu::new(modules, ordinal)?)?;
-        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER").as_deref() {
-            Ok("1") => base.gpu.shapes().norm_defer_max_rows() as usize,
-            _ => env_number(
+        // `1` names the policy's own limit; any other number is a row limit of its own.
+        let norm_defer_rows = match std::env::var("KILN_NORM_DEFER").ok() {
+            Some(v) if v == "1" => base.gpu.shapes().norm_defer_max_rows() as usize,
+            Some(v) => parse_switch(
                 "KILN_NORM_DEFER",
-                base.norm_defer_rows,
+                &v,
                 "0 (off), 1 (the policy's limit) or a row limit",
             )?,
+            None => base.norm_defer_rows,
         };
         Ok(Cuda {
             swiglu_q8_rows: env_number(
@@ -117,18 +119,17 @@ impl Cuda {
     }
 }
 
-/// An on/off A/B switch: on unless the variable is set to `0`.
-pub(super) fn env_on(name: &str) -> bool {
-    std::env::var(name).map_or(true, |v| v != "0")
-}
-
 /// A numeric A/B switch: `default` when the variable is unset; an error naming it and what it
 /// expects (`what`) when it is set to something that does not parse.
 fn env_number<T: std::str::FromStr>(name: &str, default: T, what: &str) -> Result<T> {
     match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name}={v}: expected {what}")),
+        Ok(v) => parse_switch(name, &v, what),
         Err(_) => Ok(default),
     }
+}
+
+/// The value `v` of switch `name`, or an error naming both and what it expects.
+fn parse_switch<T: std::str::FromStr>(name: &str, v: &str, what: &str) -> Result<T> {
+    v.parse()
+        .map_err(|_| anyhow::anyhow!("{name}={v}: expected {what}"))
 }
