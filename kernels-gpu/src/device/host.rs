@@ -493,6 +493,10 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
 }
 
+pub unsafe fn ld_stream_v4(p: *const u32) -> [u32; 4] {
+    unsafe { ld_nc_v4(p) }
+}
+
 pub fn sync_warp() {
     let b = block();
     let w = &b.warps[(ctx().tid as usize) / WARP];

@@ -18,9 +18,9 @@ use nvptx as imp;
 pub use imp::{
     atomic_add_u32, block_dim, block_idx, block_idx_y, cp_async_16, cp_async_commit, cp_async_wait,
     dp4a_s32, fence_gpu, fma_f16x2, fma_f32, grid_dep_launch_dependents, grid_dep_wait, grid_dim,
-    grid_dim_y, ld_cg_f32, ld_nc_v4, mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8, mul_f16x2,
-    prefetch_line_l2, prmt, round_half_away_to_i32, round_to_i32, shared_mem, shfl_idx_u32,
-    shfl_xor_u32, sqrt_f64, st_v4, sub_f16x2, sync_threads, sync_warp, thread_idx,
+    grid_dim_y, ld_cg_f32, ld_nc_v4, ld_stream_v4, mma_m16n8k16_f32_f16, mma_m16n8k32_s32_s8,
+    mul_f16x2, prefetch_line_l2, prmt, round_half_away_to_i32, round_to_i32, shared_mem,
+    shfl_idx_u32, shfl_xor_u32, sqrt_f64, st_v4, sub_f16x2, sync_threads, sync_warp, thread_idx,
 };
 
 pub const WARP: u32 = policies::WARP;

@@ -64,11 +64,11 @@ pub fn q8_1_stored(d: f32, sum: f32) -> (f32, f32) {
 /// One block's quants with one or two 16-byte loads (the branch folds away per format).
 #[inline(always)]
 pub(crate) unsafe fn load_block_quants<F: SplitFormat>(p: *const u32) -> [u32; 8] {
-    let a = unsafe { ld_nc_v4(p) };
+    let a = unsafe { ld_stream_v4(p) };
     if F::QS_WORDS == 4 {
         [a[0], a[1], a[2], a[3], 0, 0, 0, 0]
     } else {
-        let b = unsafe { ld_nc_v4(p.add(4)) };
+        let b = unsafe { ld_stream_v4(p.add(4)) };
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
     }
 }
